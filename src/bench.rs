@@ -1,0 +1,140 @@
+//! `driftlab bench`: medians of train/generation throughput and of one MoE layer fwd+bwd.
+//! Speed is reported here, never asserted by tests.
+
+use crate::coldstart::sft_loss;
+use crate::generate::{Sampling, generate};
+use crate::model::moe::{LayerRouting, moe_forward};
+use crate::model::weights::{FfnWeights, Weights};
+use crate::model::{ForwardOptions, Model, ModelConfig};
+use crate::task::{Problem, Task, TaskConfig, Tokenizer};
+use crate::tensors::{floats, to_vec};
+use anyhow::Result;
+use burn::tensor::Device;
+use rand::SeedableRng;
+use rand::rngs::Xoshiro256PlusPlus;
+use rand_distr::{Distribution, Normal};
+use std::time::Instant;
+
+/// Median of `reps` timings (seconds) of `f`, after 3 warm-up calls.
+pub fn median_secs(reps: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..3 {
+        f();
+    }
+    let mut ts: Vec<f64> = (0..reps.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    ts.sort_by(f64::total_cmp);
+    ts[ts.len() / 2]
+}
+
+/// One MoE layer forward+backward at the reference shape (tokens 4096, d 64, 8 experts, top-2,
+/// SwiGLU d_ff 128), loss `mean(out²)`, as `../shared/bench/torch_moe_layer.py` does.
+pub fn moe_layer_ms(device: &Device, reps: usize) -> f64 {
+    let cfg = ModelConfig {
+        n_layers: 1,
+        d_model: 64,
+        n_heads: 1,
+        n_experts: 8,
+        top_k: 2,
+        d_ff: 128,
+        ..ModelConfig::preset("toy", 17).expect("preset")
+    };
+    let w = Weights::init(&cfg, 0, device);
+    let FfnWeights::Moe(mw) = w.blocks[0].ffn.clone() else {
+        unreachable!("moe preset")
+    };
+    let t = 4096;
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(0);
+    let n = Normal::new(0.0f32, 1.0).expect("normal");
+    let xs: Vec<f32> = (0..t * 64).map(|_| n.sample(&mut rng)).collect();
+    let x0 = floats(xs, [t, 64], device);
+    let active = vec![true; t];
+    median_secs(reps, || {
+        let x = x0.clone().autodiff().require_grad();
+        let mw = crate::model::weights::MoeWeights {
+            router: mw.router.clone().autodiff().require_grad(),
+            experts: mw
+                .experts
+                .iter()
+                .map(|e| crate::model::weights::SwiGlu {
+                    w13: e.w13.clone().autodiff().require_grad(),
+                    w2: e.w2.clone().autodiff().require_grad(),
+                })
+                .collect(),
+            shared: None,
+        };
+        let o = moe_forward(
+            &mw,
+            &cfg,
+            x.clone(),
+            &active,
+            LayerRouting::default(),
+            false,
+        );
+        let loss = o.out.powi_scalar(2).mean();
+        let grads = loss.backward();
+        let g = x.grad(&grads).expect("input gradient");
+        let _ = to_vec(g.slice([0..1, 0..1]));
+    }) * 1e3
+}
+
+fn problems(task: &Task, n: usize) -> Vec<Problem> {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(1);
+    (0..n).map(|_| task.sample(&mut rng)).collect()
+}
+
+/// Train forward+backward tokens/s and generation tokens/s for a preset on `sort` 4–16.
+pub fn model_throughput(preset: &str, device: &Device, reps: usize) -> Result<(f64, f64)> {
+    let cfg = ModelConfig::preset(preset, Tokenizer.vocab_size())?;
+    let task = Task::new(TaskConfig::default(), 0)?;
+    let model = Model::init(cfg, 0, device);
+    let probs = problems(&task, 64);
+    let tokens: usize = probs
+        .iter()
+        .map(|p| p.prompt.len() + p.answer.len() + 1)
+        .sum();
+    let train_s = median_secs(reps, || {
+        let m = model.require_grad();
+        let loss = sft_loss(&m, &probs, 0.0);
+        let grads = loss.backward();
+        let g = m.weights.head.grad(&grads).expect("head gradient");
+        let _ = to_vec(g.slice([0..1, 0..1]));
+    });
+    let prompts: Vec<Vec<u32>> = problems(&task, 128).into_iter().map(|p| p.prompt).collect();
+    let s = Sampling {
+        temperature: 1.0,
+        greedy: false,
+        max_new: task.cfg.max_answer_tokens(),
+    };
+    let inner = model.inner();
+    let mut generated = 0usize;
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(2);
+    let gen_s = median_secs(reps.min(5), || {
+        let g = generate(&inner, &prompts, &s, &mut rng, &mut |_| {
+            ForwardOptions::default()
+        });
+        generated = g.responses.iter().map(Vec::len).sum();
+    });
+    Ok((tokens as f64 / train_s, generated as f64 / gen_s))
+}
+
+pub fn run(device: &Device, reps: usize, layer_only: bool) -> Result<()> {
+    let ms = moe_layer_ms(device, reps);
+    println!(
+        "moe_layer_fwd_bwd_ms (tokens 4096, d 64, 8 experts, top-2, d_ff 128): median {ms:.2}"
+    );
+    if layer_only {
+        return Ok(());
+    }
+    for preset in ["toy", "small"] {
+        let (train_tps, gen_tps) = model_throughput(preset, device, reps)?;
+        println!(
+            "{preset}: train fwd+bwd {train_tps:.0} tokens/s (median), generation {gen_tps:.0} tokens/s (median, untrained model, 128 prompts)"
+        );
+    }
+    Ok(())
+}

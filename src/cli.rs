@@ -1,0 +1,67 @@
+//! Command-line interface: parses arguments into validated commands.
+
+use crate::device::DeviceChoice;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "driftlab",
+    version,
+    about = "Routing-stability simulator for MoE language models under RL post-training"
+)]
+pub struct Cli {
+    /// Compute device.
+    #[arg(long, global = true, default_value = "flex")]
+    pub device: DeviceChoice,
+    /// Rayon threads for the flex backend (default: all cores).
+    #[arg(long, global = true)]
+    pub threads: Option<usize>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Supervised cold start of a preset on a task; prints the eval accuracy.
+    Coldstart {
+        #[arg(long, default_value = "toy")]
+        preset: String,
+        #[arg(long, default_value = "sort")]
+        task: String,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Shortest list / addend, in digits.
+        #[arg(long, default_value_t = 4)]
+        min_len: usize,
+        /// Longest list / addend, in digits.
+        #[arg(long, default_value_t = 16)]
+        max_len: usize,
+        /// Stop at this sampled eval accuracy.
+        #[arg(long)]
+        target_accuracy: Option<f64>,
+        /// Step budget.
+        #[arg(long)]
+        max_steps: Option<usize>,
+        /// Dense control FFN instead of MoE.
+        #[arg(long)]
+        dense: bool,
+        /// Ignore and overwrite the cache.
+        #[arg(long)]
+        no_cache: bool,
+        /// Cache directory.
+        #[arg(long, default_value = "results/.cache")]
+        cache_dir: PathBuf,
+    },
+    /// Benchmarks: medians of train and generation throughput, and one MoE layer.
+    Bench {
+        /// Timed repetitions per measurement.
+        #[arg(long, default_value_t = 15)]
+        reps: usize,
+        /// Only the MoE layer benchmark.
+        #[arg(long)]
+        layer_only: bool,
+    },
+    /// Run a named experiment (experiments/<name>.toml).
+    Experiment { name: String },
+}

@@ -1,0 +1,311 @@
+//! Supervised cold start: next-token training on correct answers until a sampled eval accuracy
+//! or a step budget is reached; the checkpoint is cached by a hash of everything that makes it.
+
+use crate::generate::{Sampling, generate, layout};
+use crate::model::{ForwardOptions, Model, ModelConfig, Weights, token_logp};
+use crate::optim::{AdamW, AdamWConfig};
+use crate::task::{EOS, Problem, Task, TaskConfig};
+use crate::util::{derive_seed, fnv1a64};
+use anyhow::{Context, Result};
+use burn::tensor::Device;
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::SeedableRng;
+use rand::rngs::Xoshiro256PlusPlus;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Bump when the training procedure changes, so stale caches are not reused.
+const COLDSTART_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ColdStartConfig {
+    /// Step budget.
+    pub max_steps: usize,
+    pub batch_size: usize,
+    pub lr: f64,
+    /// Linear warm-up steps.
+    pub warmup: usize,
+    /// Stop once the sampled (temperature 1) eval accuracy reaches this; > 1 disables.
+    pub target_accuracy: f64,
+    /// Evaluate every this many steps.
+    pub eval_every: usize,
+    /// Load-balancing loss coefficient during the cold start.
+    pub aux_coef: f64,
+}
+
+impl Default for ColdStartConfig {
+    fn default() -> Self {
+        ColdStartConfig {
+            max_steps: 2000,
+            batch_size: 64,
+            lr: 3e-3,
+            warmup: 50,
+            target_accuracy: 0.3,
+            eval_every: 50,
+            aux_coef: 1e-2,
+        }
+    }
+}
+
+impl ColdStartConfig {
+    pub fn validate(&self) -> Result<()> {
+        anyhow::ensure!(
+            self.batch_size >= 1,
+            "coldstart.batch_size must be at least 1"
+        );
+        anyhow::ensure!(
+            self.eval_every >= 1,
+            "coldstart.eval_every must be at least 1"
+        );
+        anyhow::ensure!(
+            self.lr.is_finite() && self.lr > 0.0,
+            "coldstart.lr must be a positive number"
+        );
+        Ok(())
+    }
+}
+
+/// Eval accuracy of a model on a task's held-out set.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EvalAccuracy {
+    /// Exact-match rate with sampling at temperature 1 (what RL starts from).
+    pub sampled: f64,
+    /// Exact-match rate with greedy decoding.
+    pub greedy: f64,
+}
+
+#[derive(Clone, Debug)]
+pub struct ColdStart {
+    pub model: Model,
+    pub steps: usize,
+    pub accuracy: EvalAccuracy,
+    /// Training loss per step (empty when loaded from the cache).
+    pub losses: Vec<f32>,
+    pub from_cache: bool,
+    pub seconds: f64,
+}
+
+/// Cache key: a stable hash of everything that determines the checkpoint.
+pub fn cache_key(
+    model: &ModelConfig,
+    task: &TaskConfig,
+    cs: &ColdStartConfig,
+    seed: u64,
+) -> String {
+    let json = serde_json::json!({ "v": COLDSTART_VERSION, "model": model, "task": task, "coldstart": cs, "seed": seed });
+    format!("{:016x}", fnv1a64(json.to_string().as_bytes()))
+}
+
+/// Fraction of exactly correct responses on `problems`, in batches.
+pub fn accuracy(
+    model: &Model,
+    task: &Task,
+    problems: &[Problem],
+    s: &Sampling,
+    rng: &mut Xoshiro256PlusPlus,
+) -> f64 {
+    let mut right = 0usize;
+    for chunk in problems.chunks(128) {
+        let prompts: Vec<Vec<u32>> = chunk.iter().map(|p| p.prompt.clone()).collect();
+        let g = generate(model, &prompts, s, rng, &mut |_| ForwardOptions::default());
+        right += chunk
+            .iter()
+            .zip(&g.responses)
+            .filter(|(p, r)| task.is_correct(p, r))
+            .count();
+    }
+    right as f64 / problems.len().max(1) as f64
+}
+
+pub fn evaluate(model: &Model, task: &Task, seed: u64) -> EvalAccuracy {
+    let inner = model.inner();
+    let max_new = task.cfg.max_answer_tokens();
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(derive_seed(seed, "eval-sampling"));
+    let sampled = accuracy(
+        &inner,
+        task,
+        &task.eval,
+        &Sampling {
+            temperature: 1.0,
+            greedy: false,
+            max_new,
+        },
+        &mut rng,
+    );
+    let greedy = accuracy(
+        &inner,
+        task,
+        &task.eval,
+        &Sampling {
+            temperature: 1.0,
+            greedy: true,
+            max_new,
+        },
+        &mut rng,
+    );
+    EvalAccuracy { sampled, greedy }
+}
+
+/// Supervised loss on a batch of problems: mean negative log-likelihood of the answer tokens
+/// (`<eos>` included), plus `aux_coef` times the load-balancing loss.
+pub fn sft_loss(model: &Model, problems: &[Problem], aux_coef: f64) -> burn::tensor::Tensor<1> {
+    let prompts: Vec<Vec<u32>> = problems.iter().map(|p| p.prompt.clone()).collect();
+    let answers: Vec<Vec<u32>> = problems
+        .iter()
+        .map(|p| p.answer.iter().copied().chain([EOS]).collect())
+        .collect();
+    let (batch, pw) = layout(&prompts, &answers);
+    let mut rows = Vec::new();
+    let mut targets = Vec::new();
+    for (b, a) in answers.iter().enumerate() {
+        for (j, &tok) in a.iter().enumerate() {
+            rows.push(b * batch.seq + pw + j - 1); // logits at the previous position predict it
+            targets.push(tok as usize);
+        }
+    }
+    let out = model.forward(&batch, &ForwardOptions::default());
+    let device = out.logits.device();
+    let picked = out
+        .logits
+        .select(0, crate::tensors::ints(&rows, [rows.len()], &device));
+    let nll = -token_logp(picked, &targets, 1.0).mean();
+    nll + out.aux_loss * aux_coef as f32
+}
+
+/// Train from scratch (no cache).
+pub fn train(
+    model_cfg: &ModelConfig,
+    task: &Task,
+    cs: &ColdStartConfig,
+    seed: u64,
+    device: &Device,
+    show_progress: bool,
+) -> Result<ColdStart> {
+    cs.validate()?;
+    let started = Instant::now();
+    let mut model = Model::init(model_cfg.clone(), derive_seed(seed, "init"), device);
+    let opt_cfg = AdamWConfig {
+        lr: cs.lr,
+        weight_decay: 0.0,
+        ..AdamWConfig::default()
+    };
+    let mut opt = AdamW::new(opt_cfg, &model.weights);
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(derive_seed(seed, "coldstart-data"));
+    let bar = if show_progress {
+        ProgressBar::new(cs.max_steps as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("cold start {bar:30} {pos}/{len} {msg} [{elapsed}<{eta}]")
+            .expect("valid template"),
+    );
+    let mut losses = Vec::new();
+    let mut accuracy = evaluate(&model, task, seed);
+    let mut steps = 0;
+    while steps < cs.max_steps && accuracy.sampled < cs.target_accuracy {
+        let problems: Vec<Problem> = (0..cs.batch_size).map(|_| task.sample(&mut rng)).collect();
+        let train_model = model.require_grad();
+        let loss = sft_loss(&train_model, &problems, cs.aux_coef);
+        let grads = loss.backward();
+        let loss_v = crate::tensors::scalar(loss.inner());
+        let g = AdamW::collect_grads(&train_model.weights, &grads);
+        let lr = cs.lr * ((steps + 1) as f64 / cs.warmup.max(1) as f64).min(1.0);
+        let (w, _report) = opt.step(model.weights.clone(), g, lr);
+        model.weights = w;
+        losses.push(loss_v);
+        steps += 1;
+        bar.inc(1);
+        if steps % cs.eval_every == 0 || steps == cs.max_steps {
+            accuracy = evaluate(&model, task, seed);
+            bar.set_message(format!(
+                "loss {loss_v:.3} acc {:.2} (greedy {:.2})",
+                accuracy.sampled, accuracy.greedy
+            ));
+        }
+    }
+    bar.finish_and_clear();
+    Ok(ColdStart {
+        model,
+        steps,
+        accuracy,
+        losses,
+        from_cache: false,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Where the cached checkpoint for this key lives.
+pub fn cache_path(cache_dir: &Path, key: &str) -> PathBuf {
+    cache_dir.join(format!("coldstart-{key}.bin"))
+}
+
+#[derive(Serialize, Deserialize)]
+struct CacheMeta {
+    steps: usize,
+    accuracy: EvalAccuracy,
+    seconds: f64,
+}
+
+/// Load the cached cold start for these settings, or train and cache it. A corrupt or partial
+/// cache file is reported, discarded and rebuilt.
+pub fn load_or_train(
+    model_cfg: &ModelConfig,
+    task: &Task,
+    cs: &ColdStartConfig,
+    seed: u64,
+    device: &Device,
+    cache_dir: &Path,
+    show_progress: bool,
+) -> Result<ColdStart> {
+    let key = cache_key(model_cfg, &task.cfg, cs, seed);
+    let path = cache_path(cache_dir, &key);
+    let meta_path = path.with_extension("json");
+    if path.exists() {
+        let loaded = std::fs::read(&path)
+            .map_err(anyhow::Error::from)
+            .and_then(|b| Weights::from_bytes(model_cfg, &b, device))
+            .and_then(|w| {
+                let meta: CacheMeta = serde_json::from_slice(&std::fs::read(&meta_path)?)?;
+                Ok((w, meta))
+            });
+        match loaded {
+            Ok((w, meta)) => {
+                return Ok(ColdStart {
+                    model: Model::new(model_cfg.clone(), w, device),
+                    steps: meta.steps,
+                    accuracy: meta.accuracy,
+                    losses: Vec::new(),
+                    from_cache: true,
+                    seconds: meta.seconds,
+                });
+            }
+            Err(e) => eprintln!(
+                "warning: cached cold start {} is unusable ({e:#}); rebuilding it",
+                path.display()
+            ),
+        }
+    }
+    let cs_out = train(model_cfg, task, cs, seed, device, show_progress)?;
+    std::fs::create_dir_all(cache_dir)
+        .with_context(|| format!("creating cache dir {}", cache_dir.display()))?;
+    let meta = CacheMeta {
+        steps: cs_out.steps,
+        accuracy: cs_out.accuracy,
+        seconds: cs_out.seconds,
+    };
+    write_atomic(&meta_path, serde_json::to_string_pretty(&meta)?.as_bytes())?;
+    write_atomic(&path, &cs_out.model.weights.to_bytes())?;
+    Ok(cs_out)
+}
+
+/// Write via a temporary file and rename, so a crash never leaves a half-written file in place.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    Ok(())
+}

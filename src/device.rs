@@ -1,0 +1,122 @@
+//! `--device flex|wgpu|wgpu-cpu|cuda` → a burn `Device`, with clear errors for what is not built in.
+
+use anyhow::{Result, bail};
+use burn::tensor::Device;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Which compute device a run uses. Never `Device::default()`: that picks whatever backend the
+/// build happens to enable first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceChoice {
+    /// burn's pure-Rust CPU backend (default; deterministic).
+    #[default]
+    Flex,
+    /// burn's wgpu backend on the best available GPU adapter.
+    Wgpu,
+    /// burn's wgpu backend on a CPU adapter (a software Vulkan such as Mesa's lavapipe).
+    #[value(name = "wgpu-cpu")]
+    WgpuCpu,
+    /// burn's CUDA backend (cargo feature `cuda`, opt-in).
+    Cuda,
+}
+
+impl fmt::Display for DeviceChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeviceChoice::Flex => "flex",
+            DeviceChoice::Wgpu => "wgpu",
+            DeviceChoice::WgpuCpu => "wgpu-cpu",
+            DeviceChoice::Cuda => "cuda",
+        })
+    }
+}
+
+impl FromStr for DeviceChoice {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "flex" => Ok(DeviceChoice::Flex),
+            "wgpu" => Ok(DeviceChoice::Wgpu),
+            "wgpu-cpu" => Ok(DeviceChoice::WgpuCpu),
+            "cuda" => Ok(DeviceChoice::Cuda),
+            other => bail!("unknown device '{other}'; allowed: flex, wgpu, wgpu-cpu, cuda"),
+        }
+    }
+}
+
+impl DeviceChoice {
+    /// The non-autodiff device for this choice. Errors name the missing cargo feature or driver.
+    pub fn device(self) -> Result<Device> {
+        match self {
+            DeviceChoice::Flex => flex(),
+            DeviceChoice::Wgpu => wgpu(false),
+            DeviceChoice::WgpuCpu => wgpu(true),
+            DeviceChoice::Cuda => cuda(),
+        }
+    }
+}
+
+#[cfg(feature = "flex")]
+fn flex() -> Result<Device> {
+    Ok(Device::flex())
+}
+#[cfg(not(feature = "flex"))]
+fn flex() -> Result<Device> {
+    bail!("device 'flex' is not compiled in: build with `--features flex` (on by default)")
+}
+
+#[cfg(feature = "wgpu")]
+fn wgpu(cpu: bool) -> Result<Device> {
+    use burn::tensor::DeviceKind;
+    // wgpu's Vulkan loader wants a runtime dir; CI containers often have none.
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        let dir = std::env::temp_dir().join(format!("driftlab-xdg-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        // SAFETY: set before any other thread of ours touches the environment (device setup
+        // happens at start-up, before training threads are spawned).
+        unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
+    }
+    let kind = if cpu {
+        DeviceKind::Cpu
+    } else {
+        DeviceKind::DefaultDevice
+    };
+    let what = if cpu { "wgpu-cpu" } else { "wgpu" };
+    let init = std::panic::catch_unwind(|| Device::wgpu_options().device_kind(kind).init());
+    match init {
+        Ok(Ok(device)) => Ok(device),
+        Ok(Err(e)) => bail!("device '{what}' could not start: {e}. {}", driver_hint(cpu)),
+        Err(_) => bail!(
+            "device '{what}' could not start (the wgpu runtime panicked). {}",
+            driver_hint(cpu)
+        ),
+    }
+}
+#[cfg(feature = "wgpu")]
+fn driver_hint(cpu: bool) -> &'static str {
+    if cpu {
+        "A CPU adapter needs a software Vulkan driver: on Debian `apt-get install mesa-vulkan-drivers libvulkan1`"
+    } else {
+        "No usable GPU adapter was found; install the GPU's Vulkan driver, or use --device wgpu-cpu or flex"
+    }
+}
+#[cfg(not(feature = "wgpu"))]
+fn wgpu(cpu: bool) -> Result<Device> {
+    let what = if cpu { "wgpu-cpu" } else { "wgpu" };
+    bail!("device '{what}' is not compiled in: build with `--features wgpu` (on by default)")
+}
+
+#[cfg(feature = "cuda")]
+fn cuda() -> Result<Device> {
+    std::panic::catch_unwind(|| Device::cuda(0))
+        .map_err(|_| anyhow::anyhow!("device 'cuda' could not start: no CUDA driver or GPU found"))
+}
+#[cfg(not(feature = "cuda"))]
+fn cuda() -> Result<Device> {
+    bail!(
+        "device 'cuda' is not compiled in: build with `cargo build --release --features cuda` (opt-in; it downloads LLVM at build time)"
+    )
+}

@@ -1,0 +1,14 @@
+//! Thin entry point: parse, run, print the error chain, exit code.
+
+use clap::Parser;
+
+fn main() {
+    let cli = driftlab::cli::Cli::parse();
+    if let Err(e) = driftlab::run::run(cli) {
+        eprintln!("error: {e}");
+        for cause in e.chain().skip(1) {
+            eprintln!("  caused by: {cause}");
+        }
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,194 @@
+//! The instrumented MoE transformer: decoder-only, RoPE attention, RMSNorm, MoE or dense FFN.
+
+pub mod attention;
+pub mod config;
+pub mod moe;
+pub mod weights;
+
+pub use attention::LayerCache;
+pub use config::{FfnKind, ModelConfig, PRESETS};
+pub use moe::{LayerRouting, NO_ROUTE, RoutingTrace};
+pub use weights::{ParamGroup, Weights};
+
+use attention::{Rope, attention, causal_mask};
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Device, Tensor};
+use weights::FfnWeights;
+
+const RMS_EPS: f32 = 1e-5;
+
+/// A batch of token rows on the host: `[batch, seq]` row-major, `valid = false` on padding.
+/// Prompts are left-padded and responses right-padded, so every row shares one layout.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeqBatch {
+    pub batch: usize,
+    pub seq: usize,
+    pub tokens: Vec<u32>,
+    pub valid: Vec<bool>,
+}
+
+impl SeqBatch {
+    pub fn n_tokens(&self) -> usize {
+        self.batch * self.seq
+    }
+}
+
+/// Options of one forward.
+#[derive(Clone, Debug, Default)]
+pub struct ForwardOptions<'a> {
+    /// Per layer routing controls (forced ids, logit offsets); empty = all native.
+    pub routing: Vec<LayerRouting<'a>>,
+    /// Return the full router distribution in each trace.
+    pub want_probs: bool,
+}
+
+pub struct ForwardOutput {
+    /// `[batch·seq, vocab]`.
+    pub logits: Tensor<2>,
+    /// One trace per MoE layer (empty for the dense model).
+    pub traces: Vec<crate::model::RoutingTrace>,
+    /// Mean over layers of the load-balancing loss (`[1]`).
+    pub aux_loss: Tensor<1>,
+    /// Mean over layers of the router z-loss (`[1]`).
+    pub z_loss: Tensor<1>,
+}
+
+/// Weights plus the constant tables a forward needs. Cheap to clone (tensor handles).
+#[derive(Clone, Debug)]
+pub struct Model {
+    pub cfg: ModelConfig,
+    pub weights: Weights,
+    rope: Rope,
+}
+
+pub fn rms_norm(x: Tensor<2>, gain: &Tensor<2>) -> Tensor<2> {
+    let inv = (x.clone().powi_scalar(2).mean_dim(1) + RMS_EPS)
+        .sqrt()
+        .recip(); // [N, 1]
+    x * inv * gain.clone()
+}
+
+impl Model {
+    pub fn new(cfg: ModelConfig, weights: Weights, device: &Device) -> Self {
+        let rope = Rope::new(&cfg, device);
+        Model { cfg, weights, rope }
+    }
+
+    /// Fresh model from a seed.
+    pub fn init(cfg: ModelConfig, seed: u64, device: &Device) -> Self {
+        let w = Weights::init(&cfg, seed, device);
+        Model::new(cfg, w, device)
+    }
+
+    pub fn device(&self) -> Device {
+        self.weights.embed.device()
+    }
+
+    /// The same model with gradient-recording leaves.
+    pub fn require_grad(&self) -> Self {
+        Model {
+            cfg: self.cfg.clone(),
+            weights: self.weights.clone().require_grad(),
+            rope: self.rope.clone(),
+        }
+    }
+
+    /// The same model without autodiff (rollout, probes, evaluation).
+    pub fn inner(&self) -> Self {
+        Model {
+            cfg: self.cfg.clone(),
+            weights: self.weights.clone().inner(),
+            rope: self.rope.clone(),
+        }
+    }
+
+    /// Full forward over `batch`.
+    pub fn forward(&self, batch: &SeqBatch, opts: &ForwardOptions<'_>) -> ForwardOutput {
+        self.forward_at(batch, 0, &batch.valid, opts, None)
+    }
+
+    /// Forward over `batch` whose first position is `pos0`, appending to `cache` (one
+    /// [`LayerCache`] per layer) when given. `key_valid` covers all `pos0 + seq` positions.
+    pub fn forward_at(
+        &self,
+        batch: &SeqBatch,
+        pos0: usize,
+        key_valid: &[bool],
+        opts: &ForwardOptions<'_>,
+        mut cache: Option<&mut Vec<LayerCache>>,
+    ) -> ForwardOutput {
+        let cfg = &self.cfg;
+        let (b, s) = (batch.batch, batch.seq);
+        assert!(
+            pos0 + s <= cfg.max_seq_len,
+            "sequence of {} exceeds max_seq_len {}",
+            pos0 + s,
+            cfg.max_seq_len
+        );
+        let device = self.device();
+        let ids: Vec<usize> = batch.tokens.iter().map(|&t| t as usize).collect();
+        let mut x = self
+            .weights
+            .embed
+            .clone()
+            .select(0, crate::tensors::ints(&ids, [b * s], &device)); // [B·S, D]
+        let mask = causal_mask(key_valid, b, pos0, s, &device);
+        let mut traces = Vec::new();
+        let mut aux = Vec::new();
+        let mut z = Vec::new();
+        if let Some(c) = cache.as_deref_mut() {
+            c.resize_with(cfg.n_layers, LayerCache::default);
+        }
+        for (l, blk) in self.weights.blocks.iter().enumerate() {
+            let layer_cache = cache.as_deref_mut().map(|c| &mut c[l]);
+            let h = rms_norm(x.clone(), &blk.attn_norm);
+            x = x + attention(
+                blk,
+                cfg,
+                &self.rope,
+                h,
+                (b, s, pos0),
+                mask.clone(),
+                layer_cache,
+            );
+            let h = rms_norm(x.clone(), &blk.ffn_norm);
+            let y = match &blk.ffn {
+                FfnWeights::Moe(mw) => {
+                    let routing = opts.routing.get(l).cloned().unwrap_or_default();
+                    let o = moe::moe_forward(mw, cfg, h, &batch.valid, routing, opts.want_probs);
+                    traces.push(o.trace);
+                    aux.push(o.aux_loss);
+                    z.push(o.z_loss);
+                    o.out
+                }
+                FfnWeights::Dense(sw) => moe::swiglu(sw, h),
+            };
+            x = x + y;
+        }
+        let x = rms_norm(x, &self.weights.final_norm);
+        let logits = x.matmul(self.weights.head.clone());
+        let mean = |v: Vec<Tensor<1>>| {
+            if v.is_empty() {
+                Tensor::zeros([1], &device)
+            } else {
+                let n = v.len() as f32;
+                Tensor::cat(v, 0).sum() / n
+            }
+        };
+        ForwardOutput {
+            logits,
+            traces,
+            aux_loss: mean(aux),
+            z_loss: mean(z),
+        }
+    }
+}
+
+/// Log-probabilities of `targets` under `softmax(logits / temperature)`: `[rows]`.
+pub fn token_logp(logits: Tensor<2>, targets: &[usize], temperature: f32) -> Tensor<1> {
+    let [n, _v] = logits.dims();
+    let device = logits.device();
+    let lp = log_softmax(logits / temperature, 1);
+    lp.gather(1, crate::tensors::ints(targets, [n, 1], &device))
+        .reshape([n])
+}

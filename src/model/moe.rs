@@ -1,0 +1,214 @@
+//! MoE feed-forward: softmax router → native top-k → gates → sparse dispatch to SwiGLU experts.
+//!
+//! The router always computes its native top-k (for the trace and for drift), even when the
+//! experts to run are forced (Routing Replay). Forced or not, the gates are the live router
+//! probabilities gathered at the ids that run, renormalised over the k when `norm_topk`, so the
+//! router keeps receiving gradient under replay.
+
+use super::config::ModelConfig;
+use super::weights::{MoeWeights, SwiGlu};
+use crate::tensors::{floats, ints, to_vec};
+use burn::tensor::activation::{silu, softmax};
+use burn::tensor::{IndexingUpdateOp, Tensor};
+
+/// Marks a forced slot as "no route recorded here: use the native choice".
+pub const NO_ROUTE: u16 = u16::MAX;
+
+/// What one MoE layer routed, on the host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoutingTrace {
+    pub n_tokens: usize,
+    pub k: usize,
+    /// Native top-k expert ids, `[tokens, k]` row-major, descending probability.
+    pub native: Vec<u16>,
+    /// The ids that actually ran, `[tokens, k]` (equal to `native` unless forced).
+    pub used: Vec<u16>,
+    /// Full router distribution `[tokens, n_experts]`, when asked for.
+    pub probs: Option<Vec<f32>>,
+}
+
+/// Per-layer routing controls for one forward.
+#[derive(Clone, Debug, Default)]
+pub struct LayerRouting<'a> {
+    /// Expert ids to run, `[tokens, k]`; a token whose slots are all [`NO_ROUTE`] uses its native ids.
+    pub forced: Option<&'a [u16]>,
+    /// Added to the router logits before the softmax, `[tokens, n_experts]` (drift injection,
+    /// rollout router noise).
+    pub logit_offset: Option<Tensor<2>>,
+}
+
+pub struct MoeOutput {
+    /// `[tokens, d_model]`.
+    pub out: Tensor<2>,
+    pub trace: RoutingTrace,
+    /// Switch load-balancing loss `n_experts · Σ_e f_e · P_e` (scalar, `[1]`).
+    pub aux_loss: Tensor<1>,
+    /// Router z-loss `mean(logsumexp(z)²)` (scalar, `[1]`).
+    pub z_loss: Tensor<1>,
+}
+
+/// Native top-k of each row of `probs` (`[tokens, n_experts]`): descending probability, ties to
+/// the lower expert id, so the choice is deterministic.
+pub fn native_topk(probs: &[f32], n_experts: usize, k: usize) -> Vec<u16> {
+    let mut out = Vec::with_capacity(probs.len() / n_experts * k);
+    let mut order: Vec<usize> = Vec::with_capacity(n_experts);
+    for row in probs.chunks_exact(n_experts) {
+        order.clear();
+        order.extend(0..n_experts);
+        order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+        out.extend(order[..k].iter().map(|&e| e as u16));
+    }
+    out
+}
+
+/// One SwiGLU on `x` `[n, d_model]` → `[n, d_model]`.
+pub fn swiglu(w: &SwiGlu, x: Tensor<2>) -> Tensor<2> {
+    let [n, _] = x.dims();
+    let f = w.w2.dims()[0];
+    let a = x.matmul(w.w13.clone()); // [n, 2·d_ff]
+    let gate = silu(a.clone().slice([0..n, 0..f]));
+    let up = a.slice([0..n, f..2 * f]);
+    (gate * up).matmul(w.w2.clone())
+}
+
+/// MoE forward on `x` `[tokens, d_model]`. Only `active` tokens (not padding) are dispatched
+/// and counted in the auxiliary losses; inactive tokens get a zero FFN output.
+pub fn moe_forward(
+    w: &MoeWeights,
+    cfg: &ModelConfig,
+    x: Tensor<2>,
+    active: &[bool],
+    routing: LayerRouting<'_>,
+    want_probs: bool,
+) -> MoeOutput {
+    let [t, _d] = x.dims();
+    let (e_n, k) = (cfg.n_experts, cfg.top_k);
+    assert_eq!(
+        active.len(),
+        t,
+        "active mask has {} entries for {t} tokens",
+        active.len()
+    );
+    let device = x.device();
+
+    // Router: logits → probabilities; the top-k decision is made on the host.
+    let mut logits = x.clone().matmul(w.router.clone()); // [T, E]
+    if let Some(off) = routing.logit_offset {
+        logits = logits + off;
+    }
+    let probs = softmax(logits.clone(), 1); // [T, E]
+    let probs_host = to_vec(probs.clone().inner());
+    let native = native_topk(&probs_host, e_n, k);
+
+    let used: Vec<u16> = match routing.forced {
+        None => native.clone(),
+        Some(f) => {
+            assert_eq!(
+                f.len(),
+                t * k,
+                "forced routes have {} slots, expected {}",
+                f.len(),
+                t * k
+            );
+            let mut used = native.clone();
+            for tok in 0..t {
+                let row = &f[tok * k..(tok + 1) * k];
+                if row.iter().all(|&e| e == NO_ROUTE) {
+                    continue;
+                }
+                for (j, &e) in row.iter().enumerate() {
+                    assert!(
+                        (e as usize) < e_n,
+                        "forced expert id {e} out of range 0..{e_n}"
+                    );
+                    used[tok * k + j] = e;
+                }
+            }
+            used
+        }
+    };
+
+    // Per-expert token lists over active tokens: the sparse dispatch plan.
+    let mut by_expert: Vec<Vec<(usize, usize)>> = vec![Vec::new(); e_n];
+    for tok in (0..t).filter(|&i| active[i]) {
+        for j in 0..k {
+            by_expert[used[tok * k + j] as usize].push((tok, tok * k + j));
+        }
+    }
+    let perm_tok: Vec<usize> = by_expert.iter().flatten().map(|&(tok, _)| tok).collect();
+    let perm_slot: Vec<usize> = by_expert.iter().flatten().map(|&(_, s)| s).collect();
+    let n_routed = perm_tok.len();
+
+    let mut out = Tensor::zeros([t, cfg.d_model], &device);
+    if n_routed > 0 {
+        // Gates: live probabilities at the ids that run, renormalised over the k if asked.
+        let used_idx: Vec<usize> = used.iter().map(|&e| e as usize).collect();
+        let mut gates = probs.clone().gather(1, ints(&used_idx, [t, k], &device)); // [T, k]
+        if cfg.norm_topk {
+            gates = gates.clone() / gates.sum_dim(1);
+        }
+        let gates = gates
+            .reshape([t * k])
+            .select(0, ints(&perm_slot, [n_routed], &device))
+            .reshape([n_routed, 1]);
+        let tok_idx = ints(&perm_tok, [n_routed], &device);
+        let xs = x.clone().select(0, tok_idx.clone()); // [N, D], grouped by expert
+        let mut ys = Vec::new();
+        let mut off = 0;
+        for (e, list) in by_expert.iter().enumerate() {
+            if list.is_empty() {
+                continue;
+            }
+            let xe = xs.clone().slice([off..off + list.len(), 0..cfg.d_model]);
+            ys.push(swiglu(&w.experts[e], xe));
+            off += list.len();
+        }
+        let y = Tensor::cat(ys, 0) * gates; // [N, D]
+        out = out.select_assign(0, tok_idx, y, IndexingUpdateOp::Add);
+    }
+    if let Some(shared) = &w.shared {
+        let mask = active_mask(active, &device);
+        out = out + swiglu(shared, x) * mask;
+    }
+
+    // Load balance over active tokens: f_e from the native choice (constant), P_e from live probs.
+    let n_active = active.iter().filter(|&&a| a).count();
+    let (aux_loss, z_loss) = if n_active == 0 {
+        (Tensor::zeros([1], &device), Tensor::zeros([1], &device))
+    } else {
+        let mut f = vec![0f32; e_n];
+        for tok in (0..t).filter(|&i| active[i]) {
+            for j in 0..k {
+                f[native[tok * k + j] as usize] += 1.0;
+            }
+        }
+        let denom = (n_active * k) as f32;
+        f.iter_mut().for_each(|v| *v /= denom);
+        let mask = active_mask(active, &device); // [T, 1]
+        let p_mean = (probs.clone() * mask.clone()).sum_dim(0) / n_active as f32; // [1, E]
+        let aux = (p_mean * floats(f, [1, e_n], &device)).sum() * e_n as f32;
+        let m = logits.clone().detach().max_dim(1); // [T, 1]
+        let lse = (logits - m.clone()).exp().sum_dim(1).log() + m; // [T, 1]
+        let z = (lse.powi_scalar(2) * mask).sum() / n_active as f32;
+        (aux, z)
+    };
+
+    MoeOutput {
+        out,
+        trace: RoutingTrace {
+            n_tokens: t,
+            k,
+            native,
+            used,
+            probs: want_probs.then_some(probs_host),
+        },
+        aux_loss,
+        z_loss,
+    }
+}
+
+/// `[tokens, 1]` float mask: 1 for active tokens.
+pub fn active_mask(active: &[bool], device: &burn::tensor::Device) -> Tensor<2> {
+    let v: Vec<f32> = active.iter().map(|&a| if a { 1.0 } else { 0.0 }).collect();
+    floats(v, [active.len(), 1], device)
+}

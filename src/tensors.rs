@@ -1,0 +1,41 @@
+//! Host <-> device helpers: the few conversions every module needs, in one place.
+
+use burn::tensor::{Device, Int, Tensor, TensorData};
+
+/// Float tensor from host values.
+pub fn floats<const D: usize>(values: Vec<f32>, shape: [usize; D], device: &Device) -> Tensor<D> {
+    Tensor::from_data(TensorData::new(values, shape), device)
+}
+
+/// Int tensor (indices) from host values.
+pub fn ints<const D: usize>(
+    values: &[usize],
+    shape: [usize; D],
+    device: &Device,
+) -> Tensor<D, Int> {
+    let v: Vec<i32> = values.iter().map(|&x| x as i32).collect();
+    Tensor::from_data(TensorData::new(v, shape), device)
+}
+
+/// Read a float tensor back to the host (one sync).
+pub fn to_vec<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data_as::<f32>()
+        .try_into_vec::<f32>()
+        .expect("float tensor read back as f32")
+}
+
+/// Read a scalar-sized float tensor back to the host.
+pub fn scalar<const D: usize>(t: Tensor<D>) -> f32 {
+    let v = to_vec(t);
+    debug_assert_eq!(v.len(), 1);
+    v[0]
+}
+
+/// Max absolute elementwise difference, for tests and cross-device checks.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}

@@ -1,0 +1,253 @@
+//! KV-cache generation against full recompute; task rewards and eval sets.
+
+mod common;
+use common::*;
+use driftlab::generate::{Sampling, generate};
+use driftlab::model::{ForwardOptions, NO_ROUTE, token_logp};
+use driftlab::task::{EOS, Problem, Task, TaskConfig, TaskKind, Tokenizer};
+use driftlab::tensors::{ints, to_vec};
+use rand::SeedableRng;
+use rand::rngs::Xoshiro256PlusPlus;
+
+#[test]
+fn kv_cache_logp_and_routes_match_full_recompute() {
+    let model = tiny_model(7).inner();
+    let task = sort_task(1);
+    let prompts: Vec<Vec<u32>> = problems(&task, 10, 11)
+        .into_iter()
+        .map(|p| p.prompt)
+        .collect();
+    let s = Sampling {
+        temperature: 1.0,
+        greedy: false,
+        max_new: 12,
+    };
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
+    let g = generate(&model, &prompts, &s, &mut rng, &mut |_| {
+        ForwardOptions::default()
+    });
+    assert!(
+        g.responses.iter().any(|r| r.len() > 3),
+        "some responses should be several tokens long"
+    );
+
+    let full = model.forward(&g.batch, &ForwardOptions::default());
+    let seq = g.batch.seq;
+    let (mut rows, mut targets, mut recorded) = (vec![], vec![], vec![]);
+    for (b, r) in g.responses.iter().enumerate() {
+        for (j, &tok) in r.iter().enumerate() {
+            rows.push(b * seq + g.prompt_width + j - 1);
+            targets.push(tok as usize);
+            recorded.push(g.logp[b][j]);
+        }
+    }
+    let device = flex();
+    let picked = full.logits.select(0, ints(&rows, [rows.len()], &device));
+    let recomputed = to_vec(token_logp(picked, &targets, 1.0));
+    let d = max_abs(&recomputed, &recorded);
+    assert!(
+        d <= 1e-5,
+        "KV-cache log-probs differ from full recompute by {d}"
+    );
+
+    // Routes recorded during generation are the full forward's native routes wherever the
+    // position was fed to the model; NO_ROUTE elsewhere.
+    let k = model.cfg.top_k;
+    for (l, tr) in full.traces.iter().enumerate() {
+        for b in 0..g.batch.batch {
+            for p in 0..seq {
+                let i = b * seq + p;
+                let rec = &g.routes[l][i * k..(i + 1) * k];
+                let fed = g.batch.valid[i]
+                    && !(p >= g.prompt_width && p + 1 == g.prompt_width + g.responses[b].len());
+                if fed {
+                    assert_eq!(
+                        rec,
+                        &tr.native[i * k..(i + 1) * k],
+                        "layer {l} row {b} pos {p}"
+                    );
+                } else {
+                    assert!(
+                        rec.iter().all(|&e| e == NO_ROUTE),
+                        "unfed position {p} of row {b} has a route"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn greedy_generation_is_deterministic_and_stops_at_eos() {
+    let model = tiny_model(8).inner();
+    let task = sort_task(2);
+    let prompts: Vec<Vec<u32>> = problems(&task, 5, 1)
+        .into_iter()
+        .map(|p| p.prompt)
+        .collect();
+    let s = Sampling {
+        temperature: 1.0,
+        greedy: true,
+        max_new: 10,
+    };
+    let run = |seed| {
+        generate(
+            &model,
+            &prompts,
+            &s,
+            &mut Xoshiro256PlusPlus::seed_from_u64(seed),
+            &mut |_| ForwardOptions::default(),
+        )
+    };
+    let (a, b) = (run(1), run(2));
+    assert_eq!(a.responses, b.responses, "greedy ignores the RNG");
+    for r in &a.responses {
+        assert!(r.len() <= 10);
+        if let Some(p) = r.iter().position(|&t| t == EOS) {
+            assert_eq!(p + 1, r.len(), "nothing is generated after <eos>");
+        }
+    }
+}
+
+fn problem(task: &Task, prompt: &str, answer: &str) -> Problem {
+    Problem {
+        prompt: task.tok.encode(prompt),
+        answer: task.tok.encode(answer),
+    }
+}
+
+#[test]
+fn rewards_for_correct_wrong_long_short_and_garbage_answers() {
+    let tok = Tokenizer;
+    let exact = Task::new(TaskConfig::default(), 0).unwrap();
+    let partial = Task::new(
+        TaskConfig {
+            partial_credit: true,
+            ..TaskConfig::default()
+        },
+        0,
+    )
+    .unwrap();
+    let p = problem(&exact, "S3142=", "1234");
+    let resp = |s: &str| {
+        let mut v = tok.encode(s);
+        v.push(EOS);
+        v
+    };
+    assert_eq!(exact.reward(&p, &resp("1234")), 1.0);
+    assert_eq!(exact.reward(&p, &resp("1243")), 0.0);
+    assert_eq!(partial.reward(&p, &resp("1243")), 0.5);
+    assert_eq!(partial.reward(&p, &resp("12345")), 0.0, "too long");
+    assert_eq!(partial.reward(&p, &resp("123")), 0.0, "too short");
+    assert_eq!(
+        partial.reward(&p, &tok.encode("1234")),
+        0.0,
+        "truncated: no <eos>"
+    );
+    assert_eq!(partial.reward(&p, &[EOS]), 0.0, "empty answer");
+    assert_eq!(
+        partial.reward(&p, &[0, 99, 12, 1234, EOS]),
+        0.0,
+        "garbage tokens never panic"
+    );
+    assert_eq!(partial.reward(&p, &[]), 0.0);
+    let mut after = resp("1234");
+    after.extend(tok.encode("99"));
+    assert_eq!(
+        exact.reward(&p, &after),
+        1.0,
+        "tokens after <eos> are ignored"
+    );
+    assert!(exact.is_correct(&p, &resp("1234")) && !exact.is_correct(&p, &resp("1243")));
+}
+
+#[test]
+fn tasks_generate_correct_answers() {
+    let tok = Tokenizer;
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(0);
+    for kind in [TaskKind::Sort, TaskKind::Reverse, TaskKind::Add] {
+        let t = Task::new(
+            TaskConfig {
+                kind,
+                min_len: 2,
+                max_len: 64,
+                ..TaskConfig::default()
+            },
+            3,
+        )
+        .unwrap();
+        for _ in 0..50 {
+            let p = t.sample(&mut rng);
+            let text = tok.decode(&p.prompt);
+            let ans = tok.decode(&p.answer);
+            let body = &text[1..text.len() - 1];
+            match kind {
+                TaskKind::Sort => {
+                    let mut c: Vec<char> = body.chars().collect();
+                    c.sort();
+                    assert_eq!(ans, c.into_iter().collect::<String>());
+                }
+                TaskKind::Reverse => assert_eq!(ans, body.chars().rev().collect::<String>()),
+                TaskKind::Add => {
+                    let (a, b) = body.split_once('+').unwrap();
+                    // Column addition, answer least-significant digit first.
+                    let (da, db): (Vec<u32>, Vec<u32>) = (
+                        a.chars().rev().map(|c| c.to_digit(10).unwrap()).collect(),
+                        b.chars().rev().map(|c| c.to_digit(10).unwrap()).collect(),
+                    );
+                    let mut carry = 0;
+                    let mut want = String::new();
+                    for i in 0..da.len() {
+                        let s = da[i] + db[i] + carry;
+                        want.push(char::from_digit(s % 10, 10).unwrap());
+                        carry = s / 10;
+                    }
+                    if carry > 0 {
+                        want.push('1');
+                    }
+                    assert_eq!(ans, want, "{text}");
+                }
+            }
+            assert!(p.answer.len() + 1 <= t.cfg.max_answer_tokens());
+            assert!(p.prompt.len() <= t.cfg.max_prompt_tokens());
+        }
+    }
+    let long = Task::new(
+        TaskConfig {
+            kind: TaskKind::Sort,
+            min_len: 64,
+            max_len: 64,
+            ..TaskConfig::default()
+        },
+        0,
+    )
+    .unwrap();
+    assert_eq!(
+        long.sample(&mut rng).answer.len(),
+        64,
+        "answers reach 64 tokens"
+    );
+}
+
+#[test]
+fn eval_set_is_stable_by_seed_and_held_out() {
+    let cfg = TaskConfig {
+        min_len: 3,
+        max_len: 6,
+        eval_size: 64,
+        ..TaskConfig::default()
+    };
+    let a = Task::new(cfg.clone(), 1).unwrap();
+    let b = Task::new(cfg.clone(), 1).unwrap();
+    let c = Task::new(cfg, 2).unwrap();
+    assert_eq!(a.eval, b.eval);
+    assert_ne!(a.eval, c.eval);
+    let eval: std::collections::HashSet<_> = a.eval.iter().map(|p| p.prompt.clone()).collect();
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(9);
+    for _ in 0..2000 {
+        assert!(
+            !eval.contains(&a.sample(&mut rng).prompt),
+            "a training prompt leaked from the eval set"
+        );
+    }
+}

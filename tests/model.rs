@@ -1,0 +1,391 @@
+//! Model invariants: replay, forced routing, router gradients, sparse dispatch, aux loss.
+
+mod common;
+use burn::tensor::activation::{silu, softmax};
+use burn::tensor::{IndexingUpdateOp, Tensor};
+use common::*;
+use driftlab::model::moe::{LayerRouting, moe_forward, native_topk, swiglu};
+use driftlab::model::weights::{MoeWeights, SwiGlu};
+use driftlab::model::{ForwardOptions, ModelConfig, NO_ROUTE};
+use driftlab::tensors::{floats, ints, to_vec};
+
+#[test]
+fn replaying_the_native_trace_gives_identical_logits() {
+    let model = tiny_model(1);
+    let task = sort_task(0);
+    let batch = batch_of(&problems(&task, 6, 3));
+    let native = model.forward(&batch, &ForwardOptions::default());
+    let routes: Vec<Vec<u16>> = native.traces.iter().map(|t| t.native.clone()).collect();
+    let opts = ForwardOptions {
+        routing: routes
+            .iter()
+            .map(|r| LayerRouting {
+                forced: Some(r),
+                logit_offset: None,
+            })
+            .collect(),
+        want_probs: false,
+    };
+    let replay = model.forward(&batch, &opts);
+    let d = max_abs(&to_vec(native.logits), &to_vec(replay.logits));
+    assert!(d <= 1e-6, "replay changed logits by {d}");
+    for (a, b) in native.traces.iter().zip(&replay.traces) {
+        assert_eq!(
+            a.native, b.native,
+            "native top-k must be the same under replay of itself"
+        );
+        assert_eq!(b.used, a.native);
+    }
+}
+
+#[test]
+fn forcing_other_ids_changes_output_and_still_reports_native() {
+    let model = tiny_model(2);
+    let task = sort_task(0);
+    let batch = batch_of(&problems(&task, 4, 5));
+    let native = model.forward(&batch, &ForwardOptions::default());
+    let e = model.cfg.n_experts as u16;
+    // Shift every id by one expert: a different set for every token.
+    let shifted: Vec<Vec<u16>> = native
+        .traces
+        .iter()
+        .map(|t| t.native.iter().map(|&i| (i + 1) % e).collect())
+        .collect();
+    let opts = ForwardOptions {
+        routing: shifted
+            .iter()
+            .map(|r| LayerRouting {
+                forced: Some(r),
+                logit_offset: None,
+            })
+            .collect(),
+        want_probs: false,
+    };
+    let forced = model.forward(&batch, &opts);
+    let d = max_abs(&to_vec(native.logits), &to_vec(forced.logits));
+    assert!(
+        d > 1e-3,
+        "forcing other experts should change the output (max diff {d})"
+    );
+    assert_eq!(
+        forced.traces[0].native, native.traces[0].native,
+        "first layer's native choice does not depend on forcing"
+    );
+    assert_eq!(forced.traces[0].used, shifted[0]);
+}
+
+/// d_model 2, 3 experts, top-2; the router makes token [1, 0] have p = [1/6, 2/6, 3/6] and token
+/// [0, 1] have p = [3/5, 1/5, 1/5]. Expert e outputs (e + 1) · base(x).
+fn hand_layer(norm_topk: bool) -> (ModelConfig, MoeWeights, Tensor<2>) {
+    let device = flex();
+    let cfg = ModelConfig {
+        n_layers: 1,
+        d_model: 2,
+        n_heads: 1,
+        n_experts: 3,
+        top_k: 2,
+        d_ff: 2,
+        norm_topk,
+        ..tiny_cfg()
+    };
+    let (l2, l3) = (2f32.ln(), 3f32.ln());
+    let router = floats(vec![0.0, l2, l3, l3, 0.0, 0.0], [2, 3], &device);
+    let w13 = floats(
+        vec![1.0, 0.5, 2.0, -1.0, 0.3, 0.7, 1.5, 0.2],
+        [2, 4],
+        &device,
+    );
+    let w2 = vec![0.4f32, -0.2, 0.1, 0.9];
+    let experts = (0..3)
+        .map(|e| SwiGlu {
+            w13: w13.clone(),
+            w2: floats(
+                w2.iter().map(|v| v * (e + 1) as f32).collect(),
+                [2, 2],
+                &device,
+            ),
+        })
+        .collect();
+    let x = floats(vec![1.0, 0.0, 0.0, 1.0], [2, 2], &device);
+    (
+        cfg,
+        MoeWeights {
+            router,
+            experts,
+            shared: None,
+        },
+        x,
+    )
+}
+
+#[test]
+fn gates_match_hand_computed_values_native_and_forced() {
+    let (cfg, w, x) = hand_layer(true);
+    let base = to_vec(swiglu(
+        &SwiGlu {
+            w13: w.experts[0].w13.clone(),
+            w2: w.experts[0].w2.clone(),
+        },
+        x.clone(),
+    ));
+    let active = [true, true];
+    let native = moe_forward(&w, &cfg, x.clone(), &active, LayerRouting::default(), false);
+    assert_eq!(
+        native.trace.native,
+        vec![2, 1, 0, 1],
+        "top-2 by probability, ties to the lower id"
+    );
+    // Token 0 native {2,1}: gates 3/5, 2/5 → 3·3/5 + 2·2/5 = 13/5. Token 1 {0,1}: 3/4, 1/4 → 1·3/4 + 2·1/4 = 5/4.
+    // Forced token 0 → {0,1}: gates 1/3, 2/3 → 1/3 + 4/3 = 5/3; token 1 → {2, 0}: 1/4, 3/4 → 3/4 + 3/4 = 3/2.
+    let forced_ids = [0u16, 1, 2, 0];
+    let forced = moe_forward(
+        &w,
+        &cfg,
+        x,
+        &active,
+        LayerRouting {
+            forced: Some(&forced_ids),
+            logit_offset: None,
+        },
+        false,
+    );
+    let out_n = to_vec(native.out);
+    let out_f = to_vec(forced.out);
+    for (tok, (cn, cf)) in [(13.0 / 5.0, 5.0 / 3.0), (5.0 / 4.0, 3.0 / 2.0)]
+        .into_iter()
+        .enumerate()
+    {
+        for j in 0..2 {
+            let b = base[tok * 2 + j];
+            assert!(
+                (out_n[tok * 2 + j] - cn * b).abs() < 1e-6,
+                "native token {tok}: {} vs {}",
+                out_n[tok * 2 + j],
+                cn * b
+            );
+            assert!(
+                (out_f[tok * 2 + j] - cf * b).abs() < 1e-6,
+                "forced token {tok}: {} vs {}",
+                out_f[tok * 2 + j],
+                cf * b
+            );
+        }
+    }
+    assert_eq!(
+        forced.trace.native,
+        vec![2, 1, 0, 1],
+        "native ids are still computed under forcing"
+    );
+    assert_eq!(forced.trace.used, forced_ids.to_vec());
+}
+
+#[test]
+fn raw_gates_without_renormalisation() {
+    let (cfg, w, x) = hand_layer(false);
+    let base = to_vec(swiglu(&w.experts[0], x.clone()));
+    let o = to_vec(moe_forward(&w, &cfg, x, &[true, true], LayerRouting::default(), false).out);
+    // Token 0: 3·(3/6) + 2·(2/6) = 13/6.
+    assert!((o[0] - 13.0 / 6.0 * base[0]).abs() < 1e-6);
+}
+
+#[test]
+fn load_balancing_loss_matches_hand_computation() {
+    let (cfg, w, x) = hand_layer(true);
+    let o = moe_forward(&w, &cfg, x, &[true, true], LayerRouting::default(), true);
+    // f = [1, 2, 1] / 4; P = mean(p) = [(1/6 + 3/5)/2, (2/6 + 1/5)/2, (3/6 + 1/5)/2]; aux = 3 Σ f·P = 0.95.
+    let aux = to_vec(o.aux_loss)[0];
+    assert!((aux - 0.95).abs() < 1e-5, "aux {aux}");
+    // z-loss: logsumexp of [0, ln2, ln3] = ln 6; of [ln3, 0, 0] = ln 5.
+    let z = to_vec(o.z_loss)[0];
+    let want = (6f32.ln().powi(2) + 5f32.ln().powi(2)) / 2.0;
+    assert!((z - want).abs() < 1e-5, "z {z} vs {want}");
+    let p = o.trace.probs.expect("probs asked for");
+    assert!((p[0] - 1.0 / 6.0).abs() < 1e-6 && (p[3] - 0.6).abs() < 1e-6);
+}
+
+#[test]
+fn router_gets_gradient_under_forced_routing() {
+    let model = tiny_model(3);
+    let task = sort_task(0);
+    let batch = batch_of(&problems(&task, 4, 9));
+    let native = model.forward(&batch, &ForwardOptions::default());
+    let e = model.cfg.n_experts as u16;
+    let shifted: Vec<Vec<u16>> = native
+        .traces
+        .iter()
+        .map(|t| t.native.iter().map(|&i| (i + 2) % e).collect())
+        .collect();
+    let train = model.require_grad();
+    let opts = ForwardOptions {
+        routing: shifted
+            .iter()
+            .map(|r| LayerRouting {
+                forced: Some(r),
+                logit_offset: None,
+            })
+            .collect(),
+        want_probs: false,
+    };
+    let out = train.forward(&batch, &opts);
+    let grads = out.logits.powi_scalar(2).mean().backward();
+    for (l, blk) in train.weights.blocks.iter().enumerate() {
+        let driftlab::model::weights::FfnWeights::Moe(m) = &blk.ffn else {
+            panic!("moe")
+        };
+        let g = to_vec(m.router.grad(&grads).expect("router gradient exists"));
+        let norm: f32 = g.iter().map(|v| v * v).sum::<f32>().sqrt();
+        assert!(
+            norm > 1e-8,
+            "layer {l} router gradient is zero under forced routing"
+        );
+    }
+}
+
+/// Reference: every token runs its k experts one at a time.
+fn naive_moe(w: &MoeWeights, cfg: &ModelConfig, x: Tensor<2>, ids: &[u16]) -> Tensor<2> {
+    let [t, d] = x.dims();
+    let k = cfg.top_k;
+    let device = x.device();
+    let probs = softmax(x.clone().matmul(w.router.clone()), 1);
+    let rows: Vec<Tensor<2>> = (0..t)
+        .map(|tok| {
+            let xt = x.clone().slice([tok..tok + 1, 0..d]);
+            let pt = probs.clone().slice([tok..tok + 1, 0..cfg.n_experts]);
+            let sel: Vec<usize> = ids[tok * k..(tok + 1) * k]
+                .iter()
+                .map(|&e| e as usize)
+                .collect();
+            let g = pt.gather(1, ints(&sel, [1, k], &device));
+            let g = g.clone() / g.sum_dim(1);
+            let mut acc = Tensor::zeros([1, d], &device);
+            for (j, &e) in sel.iter().enumerate() {
+                let ex = &w.experts[e];
+                let f = ex.w2.dims()[0];
+                let a = xt.clone().matmul(ex.w13.clone());
+                let h = silu(a.clone().slice([0..1, 0..f])) * a.slice([0..1, f..2 * f]);
+                acc = acc + h.matmul(ex.w2.clone()) * g.clone().slice([0..1, j..j + 1]);
+            }
+            acc
+        })
+        .collect();
+    Tensor::cat(rows, 0)
+}
+
+#[test]
+fn sparse_dispatch_equals_naive_loop_forward_and_gradients() {
+    let model = tiny_model(4);
+    let cfg = model.cfg.clone();
+    let driftlab::model::weights::FfnWeights::Moe(w0) = model.weights.blocks[0].ffn.clone() else {
+        panic!("moe")
+    };
+    let device = flex();
+    let t = 24;
+    let xs: Vec<f32> = (0..t * cfg.d_model)
+        .map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0)
+        .collect();
+    let x0 = floats(xs, [t, cfg.d_model], &device);
+    let active = vec![true; t];
+    let leaves = |w: &MoeWeights| MoeWeights {
+        router: w.router.clone().autodiff().require_grad(),
+        experts: w
+            .experts
+            .iter()
+            .map(|e| SwiGlu {
+                w13: e.w13.clone().autodiff().require_grad(),
+                w2: e.w2.clone().autodiff().require_grad(),
+            })
+            .collect(),
+        shared: None,
+    };
+    let (wa, wb) = (leaves(&w0), leaves(&w0));
+    let (xa, xb) = (
+        x0.clone().autodiff().require_grad(),
+        x0.clone().autodiff().require_grad(),
+    );
+    let sparse = moe_forward(
+        &wa,
+        &cfg,
+        xa.clone(),
+        &active,
+        LayerRouting::default(),
+        false,
+    );
+    let ids = sparse.trace.used.clone();
+    let naive = naive_moe(&wb, &cfg, xb.clone(), &ids);
+    let d = max_abs(
+        &to_vec(sparse.out.clone().inner()),
+        &to_vec(naive.clone().inner()),
+    );
+    assert!(d <= 1e-5, "forward differs by {d}");
+    // A loss that weights each output differently, so every gradient path is exercised.
+    let weights = floats(
+        (0..t * cfg.d_model).map(|i| (i % 7) as f32 - 3.0).collect(),
+        [t, cfg.d_model],
+        &device,
+    );
+    let ga = (sparse.out * weights.clone()).sum().backward();
+    let gb = (naive * weights).sum().backward();
+    let cmp = |a: &Tensor<2>, b: &Tensor<2>, what: &str| {
+        let (va, vb) = (
+            to_vec(a.grad(&ga).expect("grad a")),
+            to_vec(b.grad(&gb).expect("grad b")),
+        );
+        let d = max_abs(&va, &vb);
+        assert!(d <= 1e-5, "{what} gradient differs by {d}");
+    };
+    cmp(&xa, &xb, "input");
+    cmp(&wa.router, &wb.router, "router");
+    for e in 0..cfg.n_experts {
+        cmp(&wa.experts[e].w13, &wb.experts[e].w13, "w13");
+        cmp(&wa.experts[e].w2, &wb.experts[e].w2, "w2");
+    }
+}
+
+#[test]
+fn padding_tokens_are_not_dispatched() {
+    let (cfg, w, x) = hand_layer(true);
+    let o = moe_forward(&w, &cfg, x, &[true, false], LayerRouting::default(), false);
+    let out = to_vec(o.out);
+    assert_eq!(&out[2..], &[0.0, 0.0], "inactive token gets no FFN output");
+    // aux over the active token only: f = [0, .5, .5], P = [1/6, 2/6, 3/6] → 3·(1/6 + 1/4) = 1.25.
+    assert!((to_vec(o.aux_loss)[0] - 1.25).abs() < 1e-5);
+}
+
+#[test]
+fn no_route_slots_fall_back_to_native() {
+    let (cfg, w, x) = hand_layer(true);
+    let forced = [NO_ROUTE, NO_ROUTE, 2, 0];
+    let o = moe_forward(
+        &w,
+        &cfg,
+        x,
+        &[true, true],
+        LayerRouting {
+            forced: Some(&forced),
+            logit_offset: None,
+        },
+        false,
+    );
+    assert_eq!(o.trace.used, vec![2, 1, 2, 0]);
+}
+
+#[test]
+fn native_topk_breaks_ties_to_lower_id() {
+    assert_eq!(native_topk(&[0.25, 0.25, 0.25, 0.25], 4, 2), vec![0, 1]);
+    assert_eq!(native_topk(&[0.1, 0.4, 0.1, 0.4], 4, 3), vec![1, 3, 0]);
+}
+
+#[test]
+fn select_assign_add_accumulates_duplicates() {
+    // The dispatch relies on Add accumulating repeated indices (a token's k experts).
+    let device = flex();
+    let base = Tensor::<2>::zeros([2, 1], &device);
+    let vals = floats(vec![1.0, 2.0, 4.0], [3, 1], &device);
+    let out = base.select_assign(
+        0,
+        ints(&[1, 1, 0], [3], &device),
+        vals,
+        IndexingUpdateOp::Add,
+    );
+    assert_eq!(to_vec(out), vec![4.0, 3.0]);
+}

@@ -1,0 +1,79 @@
+//! The GPU code path (burn wgpu on a software Vulkan in CI) matches flex.
+//!
+//! Tolerances: logits within 1e-4 absolute, gradients within 1e-4 absolute plus 1e-3 relative to
+//! the largest gradient entry of that tensor (float summation order differs between backends).
+
+mod common;
+use common::*;
+use driftlab::device::DeviceChoice;
+use driftlab::model::{ForwardOptions, LayerRouting, Model, Weights};
+use driftlab::tensors::to_vec;
+
+#[test]
+fn wgpu_cpu_forward_and_backward_match_flex() {
+    let wgpu = DeviceChoice::WgpuCpu
+        .device()
+        .expect("wgpu-cpu needs a software Vulkan (mesa-vulkan-drivers); .ci/run installs it");
+    let flex_model = tiny_model(21);
+    let gpu_model = Model::new(
+        flex_model.cfg.clone(),
+        Weights::from_bytes(&flex_model.cfg, &flex_model.weights.to_bytes(), &wgpu).unwrap(),
+        &wgpu,
+    );
+    let task = sort_task(0);
+    let batch = batch_of(&problems(&task, 6, 4));
+
+    let run = |m: &Model, routes: Option<&Vec<Vec<u16>>>| {
+        let train = m.require_grad();
+        let opts = ForwardOptions {
+            routing: routes
+                .map(|r| {
+                    r.iter()
+                        .map(|x| LayerRouting {
+                            forced: Some(x),
+                            logit_offset: None,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            want_probs: false,
+        };
+        let out = train.forward(&batch, &opts);
+        let native: Vec<Vec<u16>> = out.traces.iter().map(|t| t.native.clone()).collect();
+        let logits = to_vec(out.logits.clone().inner());
+        let loss = (out.logits.powi_scalar(2).mean() + out.aux_loss).sum();
+        let grads = loss.backward();
+        let g: Vec<Vec<f32>> = train
+            .weights
+            .tensors()
+            .iter()
+            .map(|p| to_vec(p.grad(&grads).expect("grad")))
+            .collect();
+        (logits, g, native)
+    };
+    let (lf, gf, routes) = run(&flex_model, None);
+    // Same experts on both devices: near-ties could otherwise route differently.
+    let (lg, gg, native_gpu) = run(&gpu_model, Some(&routes));
+    let d = max_abs(&lf, &lg);
+    assert!(d <= 1e-4, "logits differ by {d}");
+    let agree = routes
+        .iter()
+        .flatten()
+        .zip(native_gpu.iter().flatten())
+        .filter(|(a, b)| a == b)
+        .count();
+    let total = routes.iter().map(Vec::len).sum::<usize>();
+    assert!(
+        agree as f64 >= 0.99 * total as f64,
+        "native routes agree on only {agree}/{total} slots"
+    );
+    let names = flex_model.weights.names();
+    for ((a, b), (name, _)) in gf.iter().zip(&gg).zip(&names) {
+        let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = max_abs(a, b);
+        assert!(
+            d <= 1e-4 + 1e-3 * scale,
+            "{name}: gradients differ by {d} (scale {scale})"
+        );
+    }
+}
