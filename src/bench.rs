@@ -61,7 +61,8 @@ pub fn moe_layer_ms(device: &Device, reps: usize) -> f64 {
                 .experts
                 .iter()
                 .map(|e| crate::model::weights::SwiGlu {
-                    w13: e.w13.clone().autodiff().require_grad(),
+                    w1: e.w1.clone().autodiff().require_grad(),
+                    w3: e.w3.clone().autodiff().require_grad(),
                     w2: e.w2.clone().autodiff().require_grad(),
                 })
                 .collect(),

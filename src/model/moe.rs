@@ -63,12 +63,29 @@ pub fn native_topk(probs: &[f32], n_experts: usize, k: usize) -> Vec<u16> {
 
 /// One SwiGLU on `x` `[n, d_model]` → `[n, d_model]`.
 pub fn swiglu(w: &SwiGlu, x: Tensor<2>) -> Tensor<2> {
-    let [n, _] = x.dims();
-    let f = w.w2.dims()[0];
-    let a = x.matmul(w.w13.clone()); // [n, 2·d_ff]
-    let gate = silu(a.clone().slice([0..n, 0..f]));
-    let up = a.slice([0..n, f..2 * f]);
-    (gate * up).matmul(w.w2.clone())
+    let a1 = x.clone().matmul(w.w1.clone()); // [n, d_ff]
+    let a3 = x.matmul(w.w3.clone()); // [n, d_ff]
+    silu_mul(a1, a3).matmul(w.w2.clone())
+}
+
+/// `silu(a1) ⊙ a3`.
+///
+/// With autodiff, built so that the backward pass needs no `exp`: the sigmoid is evaluated once
+/// on constants and the result is `(a1 − sg(a1)) ⊙ c1 + a3 ⊙ c3` with `c3 = silu(a1)` and
+/// `c1 = a3 ⊙ silu'(a1)`, `silu'(a) = σ(a)(1 + a(1 − σ(a)))` (sg = stop-gradient). Its value is
+/// exactly `silu(a1) ⊙ a3` (the first term is exactly zero) and its gradients are the exact
+/// first derivatives. burn's own `silu` re-evaluates the sigmoid in the backward pass, and scalar
+/// `exp` dominated the MoE layer's time on CPU.
+pub fn silu_mul(a1: Tensor<2>, a3: Tensor<2>) -> Tensor<2> {
+    if !a1.is_autodiff() && !a3.is_autodiff() {
+        return silu(a1) * a3;
+    }
+    let (a1c, a3c) = (a1.clone().inner(), a3.clone().inner());
+    let s = burn::tensor::activation::sigmoid(a1c.clone());
+    let c3 = a1c.clone() * s.clone();
+    let c1 = a3c * (s.clone() + a1c.clone() * s.clone() * (s.neg() + 1.0));
+    let (c1, c3, a1c) = (c1.autodiff(), c3.autodiff(), a1c.autodiff());
+    (a1 - a1c) * c1 + a3 * c3
 }
 
 /// MoE forward on `x` `[tokens, d_model]`. Only `active` tokens (not padding) are dispatched
@@ -136,7 +153,6 @@ pub fn moe_forward(
         }
     }
     let perm_tok: Vec<usize> = by_expert.iter().flatten().map(|&(tok, _)| tok).collect();
-    let perm_slot: Vec<usize> = by_expert.iter().flatten().map(|&(_, s)| s).collect();
     let n_routed = perm_tok.len();
 
     let mut out = Tensor::zeros([t, cfg.d_model], &device);
@@ -147,24 +163,32 @@ pub fn moe_forward(
         if cfg.norm_topk {
             gates = gates.clone() / gates.sum_dim(1);
         }
-        let gates = gates
-            .reshape([t * k])
-            .select(0, ints(&perm_slot, [n_routed], &device))
-            .reshape([n_routed, 1]);
-        let tok_idx = ints(&perm_tok, [n_routed], &device);
-        let xs = x.clone().select(0, tok_idx.clone()); // [N, D], grouped by expert
+        let gates = gates.reshape([t * k, 1]);
         let mut ys = Vec::new();
-        let mut off = 0;
-        for (e, list) in by_expert.iter().enumerate() {
+        for list in &by_expert {
             if list.is_empty() {
+                ys.push(None);
                 continue;
             }
-            let xe = xs.clone().slice([off..off + list.len(), 0..cfg.d_model]);
-            ys.push(swiglu(&w.experts[e], xe));
-            off += list.len();
+            let n = list.len();
+            let toks: Vec<usize> = list.iter().map(|&(tok, _)| tok).collect();
+            let slots: Vec<usize> = list.iter().map(|&(_, s)| s).collect();
+            let xe = x.clone().select(0, ints(&toks, [n], &device)); // [n_e, D]
+            let ge = gates.clone().select(0, ints(&slots, [n], &device)); // [n_e, 1]
+            ys.push(Some((xe, ge)));
         }
-        let y = Tensor::cat(ys, 0) * gates; // [N, D]
-        out = out.select_assign(0, tok_idx, y, IndexingUpdateOp::Add);
+        let ys: Vec<Tensor<2>> = ys
+            .into_iter()
+            .zip(&w.experts)
+            .filter_map(|(xg, ew)| xg.map(|(xe, ge)| swiglu(ew, xe) * ge))
+            .collect();
+        let y = Tensor::cat(ys, 0); // [N, D], grouped by expert
+        out = out.select_assign(
+            0,
+            ints(&perm_tok, [n_routed], &device),
+            y,
+            IndexingUpdateOp::Add,
+        );
     }
     if let Some(shared) = &w.shared {
         let mask = active_mask(active, &device);

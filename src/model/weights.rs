@@ -24,10 +24,11 @@ pub enum ParamGroup {
     NoDecay,
 }
 
-/// One SwiGLU: `w2 · (silu(x·w1) ⊙ x·w3)`, with `w1|w3` fused into `w13` `[d_model, 2·d_ff]`.
+/// One SwiGLU: `(silu(x·w1) ⊙ x·w3) · w2`; `w1`, `w3` `[d_model, d_ff]`, `w2` `[d_ff, d_model]`.
 #[derive(Clone, Debug)]
 pub struct SwiGlu {
-    pub w13: Tensor<2>,
+    pub w1: Tensor<2>,
+    pub w3: Tensor<2>,
     pub w2: Tensor<2>,
 }
 
@@ -84,8 +85,10 @@ impl Init {
         floats(vec![1.0; cols], [1, cols], &self.device)
     }
     fn swiglu(&mut self, d: usize, f: usize, out_std: f32) -> SwiGlu {
+        let std = 1.0 / (d as f32).sqrt();
         SwiGlu {
-            w13: self.normal(d, 2 * f, 1.0 / (d as f32).sqrt()),
+            w1: self.normal(d, f, std),
+            w3: self.normal(d, f, std),
             w2: self.normal(f, d, out_std),
         }
     }
@@ -150,16 +153,19 @@ impl Weights {
                 FfnWeights::Moe(m) => {
                     f(&format!("blocks.{l}.router"), Router, &mut m.router);
                     for (e, ex) in m.experts.iter_mut().enumerate() {
-                        f(&format!("blocks.{l}.expert.{e}.w13"), Matrix, &mut ex.w13);
+                        f(&format!("blocks.{l}.expert.{e}.w1"), Matrix, &mut ex.w1);
+                        f(&format!("blocks.{l}.expert.{e}.w3"), Matrix, &mut ex.w3);
                         f(&format!("blocks.{l}.expert.{e}.w2"), Matrix, &mut ex.w2);
                     }
                     if let Some(s) = &mut m.shared {
-                        f(&format!("blocks.{l}.shared.w13"), Matrix, &mut s.w13);
+                        f(&format!("blocks.{l}.shared.w1"), Matrix, &mut s.w1);
+                        f(&format!("blocks.{l}.shared.w3"), Matrix, &mut s.w3);
                         f(&format!("blocks.{l}.shared.w2"), Matrix, &mut s.w2);
                     }
                 }
                 FfnWeights::Dense(s) => {
-                    f(&format!("blocks.{l}.dense.w13"), Matrix, &mut s.w13);
+                    f(&format!("blocks.{l}.dense.w1"), Matrix, &mut s.w1);
+                    f(&format!("blocks.{l}.dense.w3"), Matrix, &mut s.w3);
                     f(&format!("blocks.{l}.dense.w2"), Matrix, &mut s.w2);
                 }
             }
