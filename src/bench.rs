@@ -110,6 +110,7 @@ pub fn model_throughput(preset: &str, device: &Device, reps: usize) -> Result<(f
         temperature: 1.0,
         greedy: false,
         max_new: task.cfg.max_answer_tokens(),
+        logit_noise: 0.0,
     };
     let inner = model.inner();
     let mut generated = 0usize;

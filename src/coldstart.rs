@@ -131,6 +131,7 @@ pub fn evaluate(model: &Model, task: &Task, seed: u64) -> EvalAccuracy {
             temperature: 1.0,
             greedy: false,
             max_new,
+            logit_noise: 0.0,
         },
         &mut rng,
     );
@@ -142,6 +143,7 @@ pub fn evaluate(model: &Model, task: &Task, seed: u64) -> EvalAccuracy {
             temperature: 1.0,
             greedy: true,
             max_new,
+            logit_noise: 0.0,
         },
         &mut rng,
     );

@@ -16,6 +16,9 @@ pub struct Sampling {
     pub greedy: bool,
     /// At most this many response tokens (`<eos>` included).
     pub max_new: usize,
+    /// Standard deviation of Gaussian noise added to the logits before sampling (a mismatched
+    /// rollout engine); 0 = none. Log-probs refer to the noisy distribution actually sampled.
+    pub logit_noise: f32,
 }
 
 /// Result of generating one response per prompt.
@@ -79,7 +82,20 @@ pub fn layout(prompts: &[Vec<u32>], responses: &[Vec<u32>]) -> (SeqBatch, usize)
 /// Pick a token from one row of logits; returns `(token, logp)` under `softmax(logits / τ)`.
 fn pick(row: &[f32], s: &Sampling, rng: &mut Xoshiro256PlusPlus) -> (u32, f32) {
     let t = f64::from(s.temperature);
-    let scaled: Vec<f64> = row.iter().map(|&x| f64::from(x) / t).collect();
+    let noise = |rng: &mut Xoshiro256PlusPlus| -> f64 {
+        if s.logit_noise > 0.0 {
+            rand_distr::Distribution::<f64>::sample(
+                &rand_distr::Normal::new(0.0, f64::from(s.logit_noise)).expect("valid sigma"),
+                rng,
+            )
+        } else {
+            0.0
+        }
+    };
+    let scaled: Vec<f64> = row
+        .iter()
+        .map(|&x| (f64::from(x) + noise(rng)) / t)
+        .collect();
     let max = scaled.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let lse = max + scaled.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
     let tok = if s.greedy {

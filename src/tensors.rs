@@ -39,3 +39,22 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
 }
+
+/// Softmax along `dim`, from primitive ops. burn's own softmax takes a different path with
+/// autodiff than without, which changes the last bit; this one gives bitwise-identical values
+/// with and without autodiff, so a no-graph recompute of π_old equals the first update's forward.
+pub fn softmax<const D: usize>(x: burn::tensor::Tensor<D>, dim: usize) -> burn::tensor::Tensor<D> {
+    let m = x.clone().detach().max_dim(dim);
+    let e = (x - m).exp();
+    e.clone() / e.sum_dim(dim)
+}
+
+/// Log-softmax along `dim` (same construction as [`softmax`]).
+pub fn log_softmax<const D: usize>(
+    x: burn::tensor::Tensor<D>,
+    dim: usize,
+) -> burn::tensor::Tensor<D> {
+    let m = x.clone().detach().max_dim(dim);
+    let shifted = x - m;
+    shifted.clone() - shifted.exp().sum_dim(dim).log()
+}

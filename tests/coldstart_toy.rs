@@ -13,7 +13,19 @@ fn toy_sort_cold_start_reaches_the_band() {
     let cs = ColdStartConfig::default();
     let out = train(&cfg, &task, &cs, 0, &flex(), false).unwrap();
     let acc = out.accuracy.sampled;
-    assert!(out.steps < cs.max_steps, "stopped on accuracy, not on the step budget ({} steps)", out.steps);
-    assert!((0.2..=0.8).contains(&acc), "sampled eval accuracy {acc} outside 0.2..=0.8 after {} steps", out.steps);
-    assert!(out.accuracy.greedy >= acc * 0.8, "greedy decoding is not far below sampling: {:?}", out.accuracy);
+    assert!(
+        out.steps < cs.max_steps,
+        "stopped on accuracy, not on the step budget ({} steps)",
+        out.steps
+    );
+    assert!(
+        (0.2..=0.8).contains(&acc),
+        "sampled eval accuracy {acc} outside 0.2..=0.8 after {} steps",
+        out.steps
+    );
+    assert!(
+        out.accuracy.greedy >= acc * 0.8,
+        "greedy decoding is not far below sampling: {:?}",
+        out.accuracy
+    );
 }

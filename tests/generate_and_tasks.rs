@@ -21,6 +21,7 @@ fn kv_cache_logp_and_routes_match_full_recompute() {
         temperature: 1.0,
         greedy: false,
         max_new: 12,
+        logit_noise: 0.0,
     };
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
     let g = generate(&model, &prompts, &s, &mut rng, &mut |_| {
@@ -89,6 +90,7 @@ fn greedy_generation_is_deterministic_and_stops_at_eos() {
         temperature: 1.0,
         greedy: true,
         max_new: 10,
+        logit_noise: 0.0,
     };
     let run = |seed| {
         generate(

@@ -3,7 +3,7 @@
 use super::config::ModelConfig;
 use super::weights::BlockWeights;
 use crate::tensors::floats;
-use burn::tensor::activation::softmax;
+use crate::tensors::softmax;
 use burn::tensor::{Device, Tensor};
 
 /// Rotary position tables, `[max_seq_len, head_dim]` (each half-frequency repeated twice).

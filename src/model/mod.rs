@@ -10,8 +10,8 @@ pub use config::{FfnKind, ModelConfig, PRESETS};
 pub use moe::{LayerRouting, NO_ROUTE, RoutingTrace};
 pub use weights::{ParamGroup, Weights};
 
+use crate::tensors::log_softmax;
 use attention::{Rope, attention, causal_mask};
-use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Tensor};
 use weights::FfnWeights;
 
@@ -40,6 +40,9 @@ pub struct ForwardOptions<'a> {
     pub routing: Vec<LayerRouting<'a>>,
     /// Return the full router distribution in each trace.
     pub want_probs: bool,
+    /// Round the residual stream to bfloat16 precision after every sublayer (a rollout engine
+    /// with lower-precision numerics; never used by the trainer).
+    pub round_bf16: bool,
 }
 
 pub struct ForwardOutput {
@@ -127,11 +130,13 @@ impl Model {
         );
         let device = self.device();
         let ids: Vec<usize> = batch.tokens.iter().map(|&t| t as usize).collect();
-        let mut x = self
+        let round = |x: Tensor<2>| if opts.round_bf16 { round_bf16(x) } else { x };
+        let embedded = self
             .weights
             .embed
             .clone()
-            .select(0, crate::tensors::ints(&ids, [b * s], &device)); // [B·S, D]
+            .select(0, crate::tensors::ints(&ids, [b * s], &device));
+        let mut x = round(embedded); // [B·S, D]
         let mask = causal_mask(key_valid, b, pos0, s, &device);
         let mut traces = Vec::new();
         let mut aux = Vec::new();
@@ -142,14 +147,16 @@ impl Model {
         for (l, blk) in self.weights.blocks.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| &mut c[l]);
             let h = rms_norm(x.clone(), &blk.attn_norm);
-            x = x + attention(
-                blk,
-                cfg,
-                &self.rope,
-                h,
-                (b, s, pos0),
-                mask.clone(),
-                layer_cache,
+            x = round(
+                x + attention(
+                    blk,
+                    cfg,
+                    &self.rope,
+                    h,
+                    (b, s, pos0),
+                    mask.clone(),
+                    layer_cache,
+                ),
             );
             let h = rms_norm(x.clone(), &blk.ffn_norm);
             let y = match &blk.ffn {
@@ -163,7 +170,7 @@ impl Model {
                 }
                 FfnWeights::Dense(sw) => moe::swiglu(sw, h),
             };
-            x = x + y;
+            x = round(x + y);
         }
         let x = rms_norm(x, &self.weights.final_norm);
         let logits = x.matmul(self.weights.head.clone());
@@ -191,4 +198,25 @@ pub fn token_logp(logits: Tensor<2>, targets: &[usize], temperature: f32) -> Ten
     let lp = log_softmax(logits / temperature, 1);
     lp.gather(1, crate::tensors::ints(targets, [n, 1], &device))
         .reshape([n])
+}
+
+/// Round a float to the nearest bfloat16 value (ties to even), kept in f32.
+pub fn bf16_round(v: f32) -> f32 {
+    if !v.is_finite() {
+        return v;
+    }
+    let b = v.to_bits();
+    let rounded = b.wrapping_add(0x7FFF + ((b >> 16) & 1)) & 0xFFFF_0000;
+    f32::from_bits(rounded)
+}
+
+/// Round every element of `x` to bfloat16 precision (through the host; rollout only).
+pub fn round_bf16<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    let dims = x.dims();
+    let device = x.device();
+    let v: Vec<f32> = crate::tensors::to_vec(x)
+        .into_iter()
+        .map(bf16_round)
+        .collect();
+    Tensor::from_data(burn::tensor::TensorData::new(v, dims), &device)
 }

@@ -7,8 +7,8 @@
 
 use super::config::ModelConfig;
 use super::weights::{MoeWeights, SwiGlu};
+use crate::tensors::softmax;
 use crate::tensors::{floats, ints, to_vec};
-use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{IndexingUpdateOp, Tensor};
 
 /// Marks a forced slot as "no route recorded here: use the native choice".
@@ -77,11 +77,14 @@ pub fn swiglu(w: &SwiGlu, x: Tensor<2>) -> Tensor<2> {
 /// first derivatives. burn's own `silu` re-evaluates the sigmoid in the backward pass, and scalar
 /// `exp` dominated the MoE layer's time on CPU.
 pub fn silu_mul(a1: Tensor<2>, a3: Tensor<2>) -> Tensor<2> {
+    use burn::tensor::activation::sigmoid;
     if !a1.is_autodiff() && !a3.is_autodiff() {
-        return silu(a1) * a3;
+        // Same operations, in the same order, as the value of the autodiff branch below, so a
+        // forward with and without autodiff gives bitwise-identical results.
+        return a3 * (a1.clone() * sigmoid(a1));
     }
     let (a1c, a3c) = (a1.clone().inner(), a3.clone().inner());
-    let s = burn::tensor::activation::sigmoid(a1c.clone());
+    let s = sigmoid(a1c.clone());
     let c3 = a1c.clone() * s.clone();
     let c1 = a3c * (s.clone() + a1c.clone() * s.clone() * (s.neg() + 1.0));
     let (c1, c3, a1c) = (c1.autodiff(), c3.autodiff(), a1c.autodiff());

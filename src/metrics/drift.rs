@@ -1,0 +1,85 @@
+//! Expert-activation drift between two routings of the same tokens (DESIGN §7).
+
+/// Drift of one layer: changed expert slots, tokens whose set changed, real tokens compared.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LayerDrift {
+    /// Σ_t |S_new(t) \ S_old(t)| over real tokens.
+    pub changed_slots: usize,
+    /// Real tokens whose set changed.
+    pub changed_tokens: usize,
+    pub tokens: usize,
+    pub k: usize,
+}
+
+impl LayerDrift {
+    /// Share of activated expert slots that changed.
+    pub fn expert_frac(&self) -> f64 {
+        self.changed_slots as f64 / (self.tokens * self.k).max(1) as f64
+    }
+}
+
+/// Compare two `[tokens, k]` routings of one layer over the real tokens (`valid`). Sets are
+/// compared, so reordering the same experts is not drift.
+pub fn layer_drift(old: &[u16], new: &[u16], valid: &[bool], k: usize) -> LayerDrift {
+    assert_eq!(
+        old.len(),
+        new.len(),
+        "routings cover different token counts"
+    );
+    assert_eq!(
+        old.len(),
+        valid.len() * k,
+        "valid mask does not match the routing"
+    );
+    let mut d = LayerDrift {
+        k,
+        ..LayerDrift::default()
+    };
+    for (t, (a, b)) in old.chunks_exact(k).zip(new.chunks_exact(k)).enumerate() {
+        if !valid[t] {
+            continue;
+        }
+        d.tokens += 1;
+        let changed = b.iter().filter(|e| !a.contains(e)).count();
+        d.changed_slots += changed;
+        d.changed_tokens += usize::from(changed > 0);
+    }
+    d
+}
+
+/// Drift over all layers of a model: `(expert_frac, token_frac, flips_per_token, per-layer)`.
+/// `expert_frac` = Σ_{t,l} |S_new \ S_old| / (T·L·k); `token_frac` = share of tokens with a
+/// changed set in ≥ 1 layer; `flips_per_token` = mean number of layers whose set changed.
+pub fn model_drift(
+    old: &[Vec<u16>],
+    new: &[Vec<u16>],
+    valid: &[bool],
+    k: usize,
+) -> (f64, f64, f64, Vec<LayerDrift>) {
+    let layers: Vec<LayerDrift> = old
+        .iter()
+        .zip(new)
+        .map(|(a, b)| layer_drift(a, b, valid, k))
+        .collect();
+    let t = valid.iter().filter(|&&v| v).count();
+    if layers.is_empty() || t == 0 {
+        return (0.0, 0.0, 0.0, layers);
+    }
+    let slots: usize = layers.iter().map(|l| l.changed_slots).sum();
+    let flips: usize = layers.iter().map(|l| l.changed_tokens).sum();
+    let mut any = 0usize;
+    for (tok, &v) in valid.iter().enumerate() {
+        if v && old.iter().zip(new).any(|(a, b)| {
+            let (sa, sb) = (&a[tok * k..(tok + 1) * k], &b[tok * k..(tok + 1) * k]);
+            sb.iter().any(|e| !sa.contains(e))
+        }) {
+            any += 1;
+        }
+    }
+    (
+        slots as f64 / (t * layers.len() * k) as f64,
+        any as f64 / t as f64,
+        flips as f64 / t as f64,
+        layers,
+    )
+}

@@ -1,0 +1,3 @@
+//! Measurements derived from the RL engine's outputs.
+
+pub mod drift;

@@ -1,0 +1,116 @@
+//! The rollout engine: B prompts × G samples from the current policy on the non-autodiff
+//! device, with an optional numerical mismatch that only this engine sees.
+
+use super::config::{Mismatch, RlConfig};
+use crate::generate::{Generation, Sampling, generate};
+use crate::model::{ForwardOptions, LayerRouting, Model, bf16_round};
+use crate::task::{Problem, Task};
+use crate::tensors::floats;
+use rand::rngs::Xoshiro256PlusPlus;
+use rand_distr::{Distribution, Normal};
+
+/// One rollout batch: responses in consecutive prompt groups of G.
+#[derive(Clone, Debug)]
+pub struct Rollout {
+    /// The B problems; response row `i` answers `problems[i / G]`.
+    pub problems: Vec<Problem>,
+    pub generation: Generation,
+    pub rewards: Vec<f32>,
+    pub correct: Vec<bool>,
+}
+
+/// The model the rollout engine runs: the policy itself, or a bf16-rounded copy.
+pub fn engine_model(policy: &Model, mismatch: Mismatch) -> Model {
+    let inner = policy.inner();
+    match mismatch {
+        Mismatch::Bf16 => {
+            let device = inner.device();
+            let w = inner.weights.clone().map(|t| {
+                let dims = t.dims();
+                let v = crate::tensors::to_vec(t)
+                    .into_iter()
+                    .map(bf16_round)
+                    .collect();
+                floats(v, dims, &device)
+            });
+            Model::new(inner.cfg.clone(), w, &device)
+        }
+        _ => inner,
+    }
+}
+
+/// Sample B problems and G responses each. `sample_rng` draws prompts and tokens;
+/// `noise_rng` draws the mismatch noise, so turning noise on does not change the prompts.
+pub fn rollout(
+    policy: &Model,
+    task: &Task,
+    cfg: &RlConfig,
+    sample_rng: &mut Xoshiro256PlusPlus,
+    noise_rng: &mut Xoshiro256PlusPlus,
+) -> Rollout {
+    let problems: Vec<Problem> = (0..cfg.batch_prompts)
+        .map(|_| task.sample(sample_rng))
+        .collect();
+    let prompts: Vec<Vec<u32>> = problems
+        .iter()
+        .flat_map(|p| std::iter::repeat_n(p.prompt.clone(), cfg.group_size))
+        .collect();
+    let model = engine_model(policy, cfg.mismatch);
+    let logit_noise = match cfg.mismatch {
+        Mismatch::LogitNoise { sigma } => sigma as f32,
+        _ => 0.0,
+    };
+    let s = Sampling {
+        temperature: cfg.temperature,
+        greedy: false,
+        max_new: task.cfg.max_answer_tokens(),
+        logit_noise,
+    };
+    let (n_layers, n_experts) = (model.cfg.n_layers, model.cfg.n_experts);
+    let device = model.device();
+    let round_bf16 = matches!(cfg.mismatch, Mismatch::Bf16);
+    let mut options = |n_tokens: usize| -> ForwardOptions<'static> {
+        let routing = match cfg.mismatch {
+            Mismatch::RouterNoise { sigma } if sigma > 0.0 && model.cfg.is_moe() => {
+                let normal = Normal::new(0.0f32, sigma as f32).expect("valid sigma");
+                (0..n_layers)
+                    .map(|_| {
+                        let v = (0..n_tokens * n_experts)
+                            .map(|_| normal.sample(noise_rng))
+                            .collect();
+                        LayerRouting {
+                            forced: None,
+                            logit_offset: Some(floats(v, [n_tokens, n_experts], &device)),
+                        }
+                    })
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
+        ForwardOptions {
+            routing,
+            want_probs: false,
+            round_bf16,
+        }
+    };
+    let generation = generate(&model, &prompts, &s, sample_rng, &mut options);
+    let g = cfg.group_size;
+    let rewards = generation
+        .responses
+        .iter()
+        .enumerate()
+        .map(|(i, r)| task.reward(&problems[i / g], r))
+        .collect();
+    let correct = generation
+        .responses
+        .iter()
+        .enumerate()
+        .map(|(i, r)| task.is_correct(&problems[i / g], r))
+        .collect();
+    Rollout {
+        problems,
+        generation,
+        rewards,
+        correct,
+    }
+}

@@ -1,0 +1,323 @@
+//! The update loop: every objective × routing mode, on-policy invariants, replay, drift knobs,
+//! determinism.
+
+mod common;
+use common::*;
+use driftlab::coldstart::{ColdStartConfig, train};
+use driftlab::metrics::drift::model_drift;
+use driftlab::model::{Model, ModelConfig, NO_ROUTE};
+use driftlab::rl::{
+    Algorithm, DriftInjection, GrpoConfig, Mismatch, RlConfig, RoutingMode, Trainer,
+};
+use driftlab::task::{Task, TaskConfig, Tokenizer};
+use std::sync::OnceLock;
+
+fn tiny_rl(alg: Algorithm, routing: RoutingMode) -> RlConfig {
+    RlConfig {
+        algorithm: alg,
+        routing,
+        batch_prompts: 4,
+        group_size: 4,
+        minibatches: 2,
+        ..RlConfig::default()
+    }
+}
+
+fn short_sort() -> Task {
+    Task::new(
+        TaskConfig {
+            min_len: 2,
+            max_len: 4,
+            eval_size: 64,
+            ..TaskConfig::default()
+        },
+        0,
+    )
+    .unwrap()
+}
+
+/// A tiny model cold-started on short sorts, so rewards vary within groups and every expert
+/// receives policy gradient (trained once per test binary).
+fn warm_tiny() -> Model {
+    static WARM: OnceLock<Model> = OnceLock::new();
+    WARM.get_or_init(|| {
+        let cs = ColdStartConfig {
+            target_accuracy: 0.3,
+            max_steps: 600,
+            eval_every: 25,
+            ..ColdStartConfig::default()
+        };
+        let out = train(&tiny_cfg(), &short_sort(), &cs, 0, &flex(), false).unwrap();
+        assert!(
+            out.accuracy.sampled >= 0.2,
+            "tiny warm start reached {:?}",
+            out.accuracy
+        );
+        out.model
+    })
+    .clone()
+}
+
+fn trainer(cfg: RlConfig, seed: u64) -> Trainer {
+    Trainer::new(cfg, warm_tiny(), short_sort(), seed).unwrap()
+}
+
+#[test]
+fn every_objective_and_routing_mode_trains_every_parameter() {
+    for alg in Algorithm::all_defaults() {
+        for routing in RoutingMode::ALL {
+            let mut cfg = tiny_rl(alg.clone(), routing);
+            cfg.optimizer.lr = 1e-2;
+            let mut t = trainer(cfg, 3);
+            let before = t.model.weights.to_host();
+            let mut reward_spread = false;
+            let names = t.model.weights.names();
+            for _ in 0..2 {
+                let out = t.step();
+                reward_spread |= out.adv.iter().any(|&a| a != 0.0);
+                assert_eq!(out.updates.len(), 2);
+                for u in &out.updates {
+                    assert!(
+                        u.loss_total.is_finite() && u.applied,
+                        "{} {}: loss {} applied {}",
+                        alg.name(),
+                        routing.name(),
+                        u.loss_total,
+                        u.applied
+                    );
+                }
+                // First minibatch of every rollout batch is exactly on-policy.
+                let u0 = &out.updates[0];
+                assert!(
+                    u0.stats.ratio_tok.iter().all(|&w| w == 1.0),
+                    "{} {}: first minibatch off-policy",
+                    alg.name(),
+                    routing.name()
+                );
+                assert!(
+                    u0.stats
+                        .clip_low
+                        .iter()
+                        .chain(&u0.stats.clip_high)
+                        .all(|c| !c)
+                );
+            }
+            assert!(
+                reward_spread,
+                "rewards must vary within some group for this test to mean anything"
+            );
+            let after = t.model.weights.to_host();
+            for ((a, b), (name, _)) in before.iter().zip(&after).zip(&names) {
+                assert!(
+                    a != b,
+                    "{} {}: parameter {name} did not change",
+                    alg.name(),
+                    routing.name()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn replay_runs_exactly_the_recorded_routes() {
+    let mut t = trainer(
+        tiny_rl(Algorithm::Grpo(GrpoConfig::default()), RoutingMode::R2),
+        5,
+    );
+    t.cfg.optimizer.lr = 1e-2;
+    for _ in 0..2 {
+        let out = t.step();
+        for u in &out.updates {
+            assert_eq!(
+                u.routes_used, u.routes_old,
+                "r2 replays π_old's native routes in every update"
+            );
+        }
+        // Minibatch 1's forward equals the native forward (its native routes are π_old's).
+        assert_eq!(out.updates[0].routes_before, out.updates[0].routes_old);
+    }
+    let mut t = trainer(
+        tiny_rl(Algorithm::Grpo(GrpoConfig::default()), RoutingMode::R3),
+        6,
+    );
+    let out = t.step();
+    // With mismatch = none the rollout engine routes like the trainer wherever it routed.
+    let k = t.model.cfg.top_k;
+    for (ro, old) in out.routes_rollout.iter().zip(&out.routes_old) {
+        let (mut compared, mut same) = (0, 0);
+        for (a, b) in ro.chunks_exact(k).zip(old.chunks_exact(k)) {
+            if a[0] != NO_ROUTE {
+                compared += 1;
+                same += usize::from(a == b);
+            }
+        }
+        assert!(compared > 0);
+        assert_eq!(
+            same, compared,
+            "r3 routes equal native π_old routes without mismatch"
+        );
+    }
+    for u in &out.updates {
+        let used_known: Vec<bool> = u.routes_used[0]
+            .chunks_exact(k)
+            .map(|c| c[0] != NO_ROUTE)
+            .collect();
+        assert!(
+            used_known.iter().all(|&x| x),
+            "every position runs some experts"
+        );
+    }
+}
+
+#[test]
+fn router_noise_mismatch_moves_rollout_routes_but_not_the_trainer() {
+    let mut cfg = tiny_rl(Algorithm::Grpo(GrpoConfig::default()), RoutingMode::R3);
+    cfg.mismatch = Mismatch::RouterNoise { sigma: 1.0 };
+    let mut t = trainer(cfg, 7);
+    let out = t.step();
+    let k = t.model.cfg.top_k;
+    let valid_routed: Vec<bool> = out.routes_rollout[0]
+        .chunks_exact(k)
+        .map(|c| c[0] != NO_ROUTE)
+        .collect();
+    let (frac, _, _, _) = model_drift(&out.routes_old, &out.routes_rollout, &valid_routed, k);
+    assert!(
+        frac > 0.05,
+        "noisy rollout routes differ from the trainer's: {frac}"
+    );
+    assert!(
+        out.updates[0].stats.ratio_tok.iter().all(|&w| w == 1.0),
+        "mismatch never touches the trainer"
+    );
+    let diff = out
+        .logp_mu
+        .iter()
+        .zip(&out.logp_old)
+        .filter(|(a, b)| a != b)
+        .count();
+    assert!(diff > 0, "logp_mu differs from logp_old under mismatch");
+}
+
+#[test]
+fn drift_injection_keeps_the_first_minibatch_on_policy() {
+    let mut cfg = tiny_rl(Algorithm::Grpo(GrpoConfig::default()), RoutingMode::Native);
+    cfg.minibatches = 4;
+    cfg.batch_prompts = 4;
+    cfg.drift_injection = Some(DriftInjection::Sigma { sigma: 1.0 });
+    let mut t = trainer(cfg, 8);
+    let out = t.step();
+    assert!(out.updates[0].stats.ratio_tok.iter().all(|&w| w == 1.0));
+    let k = t.model.cfg.top_k;
+    let since: Vec<f64> = out
+        .updates
+        .iter()
+        .map(|u| model_drift(&u.routes_old, &u.routes_after, &u.valid, k).0)
+        .collect();
+    assert!(
+        since[0] > 0.05,
+        "a σ = 1 walk step changes routes: {since:?}"
+    );
+    // Under r2 the injected walk only moves gates: the experts that run are the recorded ones.
+    let mut cfg = tiny_rl(Algorithm::Grpo(GrpoConfig::default()), RoutingMode::R2);
+    cfg.drift_injection = Some(DriftInjection::Sigma { sigma: 1.0 });
+    let mut t = trainer(cfg, 8);
+    for u in &t.step().updates {
+        assert_eq!(u.routes_used, u.routes_old);
+    }
+}
+
+#[test]
+fn calibrated_drift_injection_hits_its_target_on_toy() {
+    let model_cfg = ModelConfig::preset("toy", Tokenizer.vocab_size()).unwrap();
+    let task = Task::new(TaskConfig::default(), 1).unwrap();
+    let cfg = RlConfig {
+        drift_injection: Some(DriftInjection::TargetExpertFrac { target: 0.10 }),
+        ..RlConfig::default()
+    };
+    let mut t = Trainer::new(cfg, Model::init(model_cfg, 1, &flex()), task, 1).unwrap();
+    let k = t.model.cfg.top_k;
+    let mut fracs = Vec::new();
+    for _ in 0..2 {
+        let out = t.step();
+        let u = &out.updates[0];
+        fracs.push(model_drift(&u.routes_before, &u.routes_after, &u.valid, k).0);
+    }
+    assert!(t.drift_sigma.unwrap() > 0.0);
+    for f in &fracs {
+        assert!(
+            (0.07..=0.13).contains(f),
+            "one-step share of changed experts {f} (all: {fracs:?})"
+        );
+    }
+}
+
+#[test]
+fn same_seed_same_rewards_and_losses() {
+    let run = || {
+        let mut t = trainer(
+            tiny_rl(Algorithm::Gspo(Default::default()), RoutingMode::R2),
+            9,
+        );
+        (0..2)
+            .map(|_| t.step())
+            .map(|o| {
+                (
+                    o.rewards,
+                    o.updates.iter().map(|u| u.loss_total).collect::<Vec<_>>(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn impossible_rl_settings_are_errors() {
+    let task = Task::new(TaskConfig::default(), 0).unwrap();
+    let bad = RlConfig {
+        minibatches: 3,
+        ..RlConfig::default()
+    };
+    let e = format!(
+        "{:#}",
+        Trainer::new(bad, tiny_model(0), task.clone(), 0)
+            .err()
+            .unwrap()
+    );
+    assert!(
+        e.contains("must divide") && e.contains("[1, 2, 4, 8, 16]"),
+        "{e}"
+    );
+    let bad = RlConfig {
+        group_size: 1,
+        ..RlConfig::default()
+    };
+    assert!(
+        format!(
+            "{:#}",
+            Trainer::new(bad, tiny_model(0), task.clone(), 0)
+                .err()
+                .unwrap()
+        )
+        .contains("group_size")
+    );
+    let long = Task::new(
+        TaskConfig {
+            min_len: 100,
+            max_len: 120,
+            ..TaskConfig::default()
+        },
+        0,
+    )
+    .unwrap();
+    assert!(
+        format!(
+            "{:#}",
+            Trainer::new(RlConfig::default(), tiny_model(0), long, 0)
+                .err()
+                .unwrap()
+        )
+        .contains("max_seq_len")
+    );
+}

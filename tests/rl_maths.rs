@@ -1,0 +1,327 @@
+//! Hand-computed cases and invariants of the objectives, on small literal tensors.
+
+mod common;
+use burn::tensor::Tensor;
+use common::flex;
+use driftlab::rl::advantage::advantages;
+use driftlab::rl::loss::{PolicyBatch, policy_loss};
+use driftlab::rl::{
+    AdvantageMode, Aggregation, Algorithm, GrpoConfig, GspoConfig, GvpoConfig, TisConfig,
+};
+use driftlab::tensors::{floats, to_vec};
+
+fn close(a: f32, b: f32, tol: f32) -> bool {
+    (a - b).abs() <= tol
+}
+
+/// Two responses (lengths 2 and 1), ratios w = [1.5, 0.5, 1.1], logp_old = 0.
+fn batch(
+    adv: [f32; 2],
+    logp: &[f32],
+    lens: &[usize],
+    logp_ref: Option<Vec<f32>>,
+) -> (PolicyBatch, Tensor<1>) {
+    let n = logp.len();
+    let leaf = floats(logp.to_vec(), [n], &flex())
+        .autodiff()
+        .require_grad();
+    let seg: Vec<usize> = lens
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &l)| std::iter::repeat_n(i, l))
+        .collect();
+    let b = PolicyBatch {
+        logp: leaf.clone(),
+        logp_old: vec![0.0; n],
+        logp_mu: vec![0.0; n],
+        logp_ref,
+        adv: adv.to_vec(),
+        rewards: vec![1.0, 0.0],
+        seg,
+        lens: lens.to_vec(),
+        group_size: 2,
+    };
+    (b, leaf)
+}
+
+fn w3() -> Vec<f32> {
+    vec![1.5f32.ln(), 0.5f32.ln(), 1.1f32.ln()]
+}
+
+#[test]
+fn advantages_by_hand() {
+    let a = advantages(
+        &[1.0, 0.0, 0.0, 1.0, 0.5, 0.5, 0.5, 0.5],
+        4,
+        AdvantageMode::MeanStd,
+    );
+    let s = (1.0f32 / 3.0).sqrt(); // unbiased std of [1, 0, 0, 1]
+    assert!(close(a[0], 0.5 / (s + 1e-6), 1e-5) && close(a[1], -0.5 / (s + 1e-6), 1e-5));
+    assert_eq!(
+        &a[4..],
+        &[0.0; 4],
+        "identical rewards give zero advantage, not NaN"
+    );
+    let m = advantages(&[1.0, 0.0, 0.0, 0.0], 4, AdvantageMode::MeanOnly);
+    assert_eq!(m, vec![0.75, -0.25, -0.25, -0.25]);
+    assert!(
+        advantages(&[0.0, 0.0], 2, AdvantageMode::MeanStd)
+            .iter()
+            .all(|v| *v == 0.0)
+    );
+}
+
+#[test]
+fn grpo_loss_and_clipping_by_hand() {
+    // token 0: Â=1, w=1.5 → clipped high, ℓ = −1.27; token 1: Â=1, w=0.5 → ℓ = −0.5 (no clip:
+    // low clipping only removes gradient for Â<0); token 2: Â=−1, w=1.1 → ℓ = 1.1.
+    let (b, _) = batch([1.0, -1.0], &w3(), &[2, 1], None);
+    let alg = Algorithm::Grpo(GrpoConfig::default());
+    let (loss, st) = policy_loss(&alg, &b, None);
+    assert!(close(
+        to_vec(loss.inner())[0],
+        ((-1.27 - 0.5) / 2.0 + 1.1) / 2.0,
+        1e-6
+    ));
+    assert_eq!(st.clip_high, vec![true, false, false]);
+    assert_eq!(st.clip_low, vec![false, false, false]);
+    assert_eq!(st.clip_seq, vec![true, false]);
+    for (r, want) in st.ratio_tok.iter().zip([1.5, 0.5, 1.1]) {
+        assert!(close(*r, want, 1e-6));
+    }
+    let tm = Algorithm::Grpo(GrpoConfig {
+        aggregation: Aggregation::TokenMean,
+        ..GrpoConfig::default()
+    });
+    let (loss, _) = policy_loss(&tm, &b, None);
+    assert!(close(
+        to_vec(loss.inner())[0],
+        (-1.27 - 0.5 + 1.1) / 3.0,
+        1e-6
+    ));
+    // Â=−1 with w=0.5 < 0.8: clipped low.
+    let (b2, _) = batch([-1.0, 1.0], &w3(), &[2, 1], None);
+    let (_, st2) = policy_loss(&alg, &b2, None);
+    assert_eq!(st2.clip_low, vec![false, true, false]);
+    assert_eq!(
+        st2.clip_high,
+        vec![false, false, false],
+        "Â=1 with w=1.1 is inside 1 + 0.27"
+    );
+}
+
+#[test]
+fn k3_kl_term_by_hand() {
+    let (b, _) = batch([0.0, 0.0], &w3(), &[2, 1], Some(vec![0.0; 3]));
+    let alg = Algorithm::Grpo(GrpoConfig {
+        kl_beta: 0.5,
+        ..GrpoConfig::default()
+    });
+    let (loss, st) = policy_loss(&alg, &b, None);
+    // d = logp_ref − logp; k3 = e^d − d − 1 = [0.072132, 0.306853, 0.004401].
+    let k3 = [
+        1.0 / 1.5 + 1.5f32.ln() - 1.0,
+        2.0 - 2f32.ln() - 1.0,
+        1.0 / 1.1 + 1.1f32.ln() - 1.0,
+    ];
+    let kl = ((k3[0] + k3[1]) / 2.0 + k3[2]) / 2.0;
+    assert!(close(st.kl_ref.unwrap(), kl, 1e-6));
+    assert!(
+        close(to_vec(loss.inner())[0], 0.5 * kl, 1e-6),
+        "zero advantages leave only β·KL"
+    );
+}
+
+#[test]
+fn tis_weights_by_hand() {
+    let (mut b, _) = batch([1.0, 1.0], &[0.0, 0.0, 0.0], &[2, 1], None);
+    b.logp_old = vec![2f32.ln(), 0.5f32.ln(), 3f32.ln()];
+    let w = b.tis_tok(2.0);
+    assert!(close(w[0], 2.0, 1e-6) && close(w[1], 0.5, 1e-6) && close(w[2], 2.0, 1e-6));
+    // Sequence level: geometric mean of response 0 is exp((ln2 + ln0.5)/2) = 1.
+    let s = b.tis_seq(2.0);
+    assert!(close(s[0], 1.0, 1e-6) && close(s[1], 2.0, 1e-6));
+    let (_, st) = policy_loss(
+        &Algorithm::Grpo(GrpoConfig::default()),
+        &b,
+        Some(&TisConfig { cap: 2.0 }),
+    );
+    assert_eq!(st.tis_weight.unwrap().len(), 3);
+}
+
+#[test]
+fn gspo_sequence_ratio_and_loss_by_hand() {
+    let (b, _) = batch([1.0, 1.0], &w3(), &[2, 1], None);
+    let (loss, st) = policy_loss(&Algorithm::Gspo(GspoConfig::default()), &b, None);
+    let s0 = 0.75f32.sqrt();
+    assert!(close(st.ratio_seq[0], s0, 1e-6) && close(st.ratio_seq[1], 1.1, 1e-6));
+    // Response 0: Â=1, s=0.866 (below the range, not clipped for Â>0) → −0.866.
+    // Response 1: Â=1, s=1.1 > 1.0004 → clipped: −1.0004.
+    assert!(close(to_vec(loss.inner())[0], (-s0 - 1.0004) / 2.0, 1e-6));
+    assert_eq!(st.clip_seq, vec![false, true]);
+    assert_eq!(
+        st.clip_high,
+        vec![false, false, true],
+        "a clipped response clips all its tokens"
+    );
+}
+
+#[test]
+fn gvpo_loss_by_hand() {
+    let (b, _) = batch([0.0, 0.0], &w3(), &[2, 1], None);
+    let (loss, st) = policy_loss(&Algorithm::Gvpo(GvpoConfig { beta: 0.1 }), &b, None);
+    let d = [0.75f32.ln(), 1.1f32.ln()];
+    let m = (d[0] + d[1]) / 2.0;
+    let r = [0.5f32, -0.5];
+    let l: f32 = (0..2)
+        .map(|i| (0.1 * (d[i] - m) - r[i]).powi(2))
+        .sum::<f32>()
+        / 2.0;
+    assert!(close(to_vec(loss.inner())[0], l, 1e-6));
+    assert!(st.clip_seq.iter().all(|c| !c), "GVPO never clips");
+}
+
+fn grad(loss: Tensor<1>, leaf: &Tensor<1>) -> Vec<f32> {
+    to_vec(leaf.grad(&loss.backward()).expect("gradient"))
+}
+
+#[test]
+fn gspo_equals_grpo_when_every_response_has_length_one() {
+    let logp = vec![0.1f32, -0.05, 0.3, -0.2];
+    let lens = [1usize; 4];
+    let mk = || {
+        let leaf = floats(logp.clone(), [4], &flex()).autodiff().require_grad();
+        let b = PolicyBatch {
+            logp: leaf.clone(),
+            logp_old: vec![0.0; 4],
+            logp_mu: vec![0.0; 4],
+            logp_ref: None,
+            adv: vec![1.0, -1.0, 0.5, -0.5],
+            rewards: vec![1.0, 0.0, 1.0, 0.0],
+            seg: vec![0, 1, 2, 3],
+            lens: lens.to_vec(),
+            group_size: 2,
+        };
+        (b, leaf)
+    };
+    let eps = (0.2, 0.27);
+    let (ga, la) = mk();
+    let (gb, lb) = mk();
+    let (loss_a, _) = policy_loss(
+        &Algorithm::Grpo(GrpoConfig {
+            eps_low: eps.0,
+            eps_high: eps.1,
+            ..GrpoConfig::default()
+        }),
+        &ga,
+        None,
+    );
+    let (loss_b, _) = policy_loss(
+        &Algorithm::Gspo(GspoConfig {
+            eps_low: eps.0,
+            eps_high: eps.1,
+        }),
+        &gb,
+        None,
+    );
+    assert!(close(
+        to_vec(loss_a.clone().inner())[0],
+        to_vec(loss_b.clone().inner())[0],
+        1e-6
+    ));
+    let (ga_, gb_) = (grad(loss_a, &la), grad(loss_b, &lb));
+    assert!(
+        ga_.iter().zip(&gb_).all(|(a, b)| close(*a, *b, 1e-6)),
+        "{ga_:?} vs {gb_:?}"
+    );
+}
+
+#[test]
+fn gspo_token_equals_gspo_in_value_and_gradient() {
+    let logp = vec![0.01f32, -0.02, 0.005, 0.0002, -0.0001, 0.03];
+    let lens = vec![3usize, 1, 2];
+    let seg = vec![0, 0, 0, 1, 2, 2];
+    for eps in [(3e-4, 4e-4), (0.2, 0.27)] {
+        let mk = || {
+            let leaf = floats(logp.clone(), [6], &flex()).autodiff().require_grad();
+            let b = PolicyBatch {
+                logp: leaf.clone(),
+                logp_old: vec![0.0; 6],
+                logp_mu: vec![0.0; 6],
+                logp_ref: None,
+                adv: vec![1.0, -0.5, 0.7],
+                rewards: vec![1.0, 0.0, 1.0],
+                seg: seg.clone(),
+                lens: lens.clone(),
+                group_size: 3,
+            };
+            (b, leaf)
+        };
+        let c = GspoConfig {
+            eps_low: eps.0,
+            eps_high: eps.1,
+        };
+        let (ba, la) = mk();
+        let (bb, lb) = mk();
+        let (loss_a, sa) = policy_loss(&Algorithm::Gspo(c.clone()), &ba, None);
+        let (loss_b, sb) = policy_loss(&Algorithm::GspoToken(c), &bb, None);
+        assert!(close(
+            to_vec(loss_a.clone().inner())[0],
+            to_vec(loss_b.clone().inner())[0],
+            1e-6
+        ));
+        assert_eq!(sa.clip_seq, sb.clip_seq);
+        let (ga, gb) = (grad(loss_a, &la), grad(loss_b, &lb));
+        assert!(
+            ga.iter().zip(&gb).all(|(a, b)| close(*a, *b, 1e-6)),
+            "eps {eps:?}: {ga:?} vs {gb:?}"
+        );
+        assert!(
+            ga.iter().any(|g| g.abs() > 1e-4) || eps.0 < 1e-3,
+            "some gradient flows"
+        );
+    }
+}
+
+#[test]
+fn gvpo_gradient_at_old_policy_is_scaled_reinforce() {
+    // θ = θ_old: logp = logp_old. Two groups of G = 3.
+    let logp_old = vec![
+        -0.3f32, -1.2, -0.7, -0.4, -0.9, -0.2, -1.5, -0.6, -0.8, -0.1,
+    ];
+    let lens = vec![2usize, 1, 2, 1, 3, 1];
+    let seg: Vec<usize> = lens
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &l)| std::iter::repeat_n(i, l))
+        .collect();
+    let rewards = vec![1.0f32, 0.0, 0.5, 0.0, 0.0, 1.0];
+    let beta = 0.1;
+    let leaf = floats(logp_old.clone(), [10], &flex())
+        .autodiff()
+        .require_grad();
+    let b = PolicyBatch {
+        logp: leaf.clone(),
+        logp_old: logp_old.clone(),
+        logp_mu: logp_old.clone(),
+        logp_ref: None,
+        adv: vec![0.0; 6],
+        rewards: rewards.clone(),
+        seg: seg.clone(),
+        lens,
+        group_size: 3,
+    };
+    let (loss, _) = policy_loss(&Algorithm::Gvpo(GvpoConfig { beta }), &b, None);
+    let g_gvpo = grad(loss, &leaf);
+    // REINFORCE with a group-mean baseline, averaged over groups: −mean_g Σ_i (r_i − r̄) Σ_t logp.
+    let mut want = vec![0f32; 10];
+    for (t, &i) in seg.iter().enumerate() {
+        let grp = &rewards[(i / 3) * 3..(i / 3) * 3 + 3];
+        let mean = grp.iter().sum::<f32>() / 3.0;
+        want[t] = -(rewards[i] - mean) / 2.0 * (beta as f32 / 2.0);
+    }
+    assert!(
+        g_gvpo.iter().zip(&want).all(|(a, b)| close(*a, *b, 1e-6)),
+        "{g_gvpo:?} vs {want:?}"
+    );
+}
