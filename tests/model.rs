@@ -25,6 +25,7 @@ fn replaying_the_native_trace_gives_identical_logits() {
             })
             .collect(),
         want_probs: false,
+        ..Default::default()
     };
     let replay = model.forward(&batch, &opts);
     let d = max_abs(&to_vec(native.logits), &to_vec(replay.logits));
@@ -60,6 +61,7 @@ fn forcing_other_ids_changes_output_and_still_reports_native() {
             })
             .collect(),
         want_probs: false,
+        ..Default::default()
     };
     let forced = model.forward(&batch, &opts);
     let d = max_abs(&to_vec(native.logits), &to_vec(forced.logits));
@@ -217,6 +219,7 @@ fn router_gets_gradient_under_forced_routing() {
             })
             .collect(),
         want_probs: false,
+        ..Default::default()
     };
     let out = train.forward(&batch, &opts);
     let grads = out.logits.powi_scalar(2).mean().backward();

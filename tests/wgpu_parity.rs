@@ -37,6 +37,7 @@ fn wgpu_cpu_forward_and_backward_match_flex() {
                 })
                 .unwrap_or_default(),
             want_probs: false,
+            ..Default::default()
         };
         let out = train.forward(&batch, &opts);
         let native: Vec<Vec<u16>> = out.traces.iter().map(|t| t.native.clone()).collect();
