@@ -124,7 +124,46 @@ pub fn model_throughput(preset: &str, device: &Device, reps: usize) -> Result<(f
     Ok((tokens as f64 / train_s, generated as f64 / gen_s))
 }
 
-pub fn run(device: &Device, reps: usize, layer_only: bool) -> Result<()> {
+/// Median wall time of one RL step (toy, sort 4–16, B 16, G 8, N 4, GRPO, KV cache) from the
+/// cached cold start, with its split, and rollout / update tokens per second.
+pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
+    use crate::coldstart::{ColdStartConfig, load_or_train};
+    use crate::rl::{RlConfig, Trainer};
+    let cfg = ModelConfig::preset("toy", Tokenizer.vocab_size())?;
+    let task = Task::new(TaskConfig::default(), 0)?;
+    let cs = load_or_train(&cfg, &task, &ColdStartConfig::default(), 0, device, std::path::Path::new("results/.cache"), true)?;
+    for probe in [false, true] {
+        let mut t = Trainer::new(RlConfig::default(), cs.model.clone(), task.clone(), 0)?;
+        t.probe = probe;
+        let mut rows = Vec::new();
+        for i in 0..reps.max(1) + 2 {
+            let o = t.step();
+            let gen_tokens: usize = o.resp_lens.iter().sum();
+            let total = o.t_rollout + o.t_update + o.t_probe;
+            if i >= 2 {
+                rows.push((total, o.t_rollout, o.t_update, o.t_probe, gen_tokens));
+            }
+        }
+        rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (total, ro, up, pr, toks) = rows[rows.len() / 2];
+        println!(
+            "rl step (toy, sort 4-16, B 16, G 8, N 4, probe {}): median {:.3}s = rollout {:.3}s + update {:.3}s + probe {:.3}s; rollout {:.0} generated tokens/s, update {:.0} response tokens/s",
+            if probe { "on" } else { "off" },
+            total,
+            ro,
+            up,
+            pr,
+            toks as f64 / ro,
+            toks as f64 / up
+        );
+    }
+    Ok(())
+}
+
+pub fn run(device: &Device, reps: usize, layer_only: bool, rl: bool) -> Result<()> {
+    if rl {
+        rl_step(device, reps)?;
+    }
     let ms = moe_layer_ms(device, reps);
     println!(
         "moe_layer_fwd_bwd_ms (tokens 4096, d 64, 8 experts, top-2, d_ff 128): median {ms:.2}"

@@ -5,6 +5,7 @@ pub mod cli;
 pub mod coldstart;
 pub mod device;
 pub mod generate;
+pub mod learn;
 pub mod metrics;
 pub mod model;
 pub mod optim;

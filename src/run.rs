@@ -59,7 +59,10 @@ pub fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
-        Command::Bench { reps, layer_only } => crate::bench::run(&device, reps, layer_only),
+        Command::Bench { reps, layer_only, rl } => crate::bench::run(&device, reps, layer_only, rl),
+        Command::Learn { algorithm, routing, preset, steps, seeds, lr, minibatches, cache_dir } => {
+            crate::learn::run(&device, &crate::learn::LearnArgs { algorithm, routing, preset, steps, seeds, lr, minibatches, cache_dir })
+        }
         Command::Experiment { name } => {
             bail!(
                 "experiment '{name}': the experiment runner is not built yet (see issue 5); `driftlab coldstart` and `driftlab bench` run today"

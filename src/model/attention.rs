@@ -3,7 +3,6 @@
 use super::config::ModelConfig;
 use super::weights::BlockWeights;
 use crate::tensors::floats;
-use crate::tensors::softmax;
 use burn::tensor::{Device, Tensor};
 
 /// Rotary position tables, `[max_seq_len, head_dim]` (each half-frequency repeated twice).
@@ -63,35 +62,48 @@ pub struct LayerCache {
     pub v: Option<Tensor<4>>,
 }
 
-/// Additive attention mask `[batch, 1, seq, pos0 + seq]`: query `i` (absolute `pos0 + i`) sees
-/// key `j` when `j ≤ pos0 + i` and key `j` is a real token. A padding query still sees itself, so
-/// no softmax row is empty (its output is never used).
+/// Attention mask `[batch, 1, seq, pos0 + seq]`: query `i` (absolute `pos0 + i`) sees key `j`
+/// when `j ≤ pos0 + i` and key `j` is a real token. A padding query still sees itself, so no
+/// softmax row is empty (its output is never used).
+#[derive(Clone, Debug)]
+pub struct AttnMask {
+    /// 0 where allowed, −[`MASK_SHIFT`] where not: keeps masked logits below the row maximum
+    /// without driving `exp` into its slow underflow path.
+    pub additive: Tensor<4>,
+    /// 1 where allowed, 0 where not: masked weights are exactly zero.
+    pub keep: Tensor<4>,
+}
+
+/// How far masked attention logits are pushed down before the exact 0/1 mask.
+pub const MASK_SHIFT: f32 = 80.0;
+
 pub fn causal_mask(
     key_valid: &[bool],
     batch: usize,
     pos0: usize,
     seq: usize,
     device: &Device,
-) -> Tensor<4> {
+) -> AttnMask {
     let kv = pos0 + seq;
     assert_eq!(
         key_valid.len(),
         batch * kv,
         "key validity must cover every cached and new position"
     );
-    let mut m = vec![0f32; batch * seq * kv];
+    let mut keep = vec![1f32; batch * seq * kv];
     for b in 0..batch {
         for i in 0..seq {
             let q = pos0 + i;
             for j in 0..kv {
                 let ok = j <= q && (key_valid[b * kv + j] || j == q);
                 if !ok {
-                    m[(b * seq + i) * kv + j] = -1e9;
+                    keep[(b * seq + i) * kv + j] = 0.0;
                 }
             }
         }
     }
-    floats(m, [batch, 1, seq, kv], device)
+    let additive = keep.iter().map(|&k| (k - 1.0) * MASK_SHIFT).collect();
+    AttnMask { additive: floats(additive, [batch, 1, seq, kv], device), keep: floats(keep, [batch, 1, seq, kv], device) }
 }
 
 /// Self-attention on `x` `[batch·seq, d_model]` (already normalised). With a cache, the new
@@ -102,7 +114,7 @@ pub fn attention(
     rope: &Rope,
     x: Tensor<2>,
     (batch, seq, pos0): (usize, usize, usize),
-    mask: Tensor<4>,
+    mask: &AttnMask,
     cache: Option<&mut LayerCache>,
 ) -> Tensor<2> {
     let (d, h, hd) = (cfg.d_model, cfg.n_heads, cfg.head_dim());
@@ -125,7 +137,9 @@ pub fn attention(
         c.k = Some(k.clone());
         c.v = Some(v.clone());
     }
-    let scores = q.matmul(k.swap_dims(2, 3)) * (1.0 / (hd as f32).sqrt()) + mask; // [B, H, S, KV]
-    let ctx = softmax(scores, 3).matmul(v); // [B, H, S, hd]
+    let scores = q.matmul(k.swap_dims(2, 3)) * (1.0 / (hd as f32).sqrt()) + mask.additive.clone(); // [B, H, S, KV]
+    let m = scores.clone().detach().max_dim(3);
+    let e = (scores - m).exp() * mask.keep.clone();
+    let ctx = (e.clone() / e.sum_dim(3)).matmul(v); // [B, H, S, hd]
     ctx.swap_dims(1, 2).reshape([n, d]).matmul(w.wo.clone())
 }

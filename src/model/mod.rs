@@ -154,7 +154,7 @@ impl Model {
                     &self.rope,
                     h,
                     (b, s, pos0),
-                    mask.clone(),
+                    &mask,
                     layer_cache,
                 ),
             );

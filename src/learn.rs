@@ -1,0 +1,92 @@
+//! `driftlab learn`: a learning check of one objective × routing mode from the cached cold
+//! start (toy + sort 4–16 by default), reporting early vs late mean reward per seed.
+
+use crate::coldstart::{ColdStartConfig, load_or_train};
+use crate::model::ModelConfig;
+use crate::rl::{Algorithm, GrpoConfig, GspoConfig, GvpoConfig, RlConfig, RoutingMode, Trainer};
+use crate::task::{Task, TaskConfig, Tokenizer};
+use crate::util::suggest;
+use anyhow::{Result, bail};
+use burn::tensor::Device;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+
+pub struct LearnArgs {
+    pub algorithm: String,
+    pub routing: String,
+    pub preset: String,
+    pub steps: usize,
+    pub seeds: Vec<u64>,
+    pub lr: f64,
+    pub minibatches: usize,
+    pub cache_dir: PathBuf,
+}
+
+const ALGORITHMS: &[&str] = &["grpo", "gspo", "gspo_token", "gvpo"];
+const ROUTINGS: &[&str] = &["native", "r2", "r3"];
+
+pub fn parse_algorithm(name: &str) -> Result<Algorithm> {
+    Ok(match name {
+        "grpo" => Algorithm::Grpo(GrpoConfig::default()),
+        "gspo" => Algorithm::Gspo(GspoConfig::default()),
+        "gspo_token" => Algorithm::GspoToken(GspoConfig::default()),
+        "gvpo" => Algorithm::Gvpo(GvpoConfig::default()),
+        other => bail!("unknown algorithm '{other}'; allowed: {}{}", ALGORITHMS.join(", "), suggest(other, ALGORITHMS)),
+    })
+}
+
+pub fn parse_routing(name: &str) -> Result<RoutingMode> {
+    Ok(match name {
+        "native" => RoutingMode::Native,
+        "r2" => RoutingMode::R2,
+        "r3" => RoutingMode::R3,
+        other => bail!("unknown routing mode '{other}'; allowed: {}{}", ROUTINGS.join(", "), suggest(other, ROUTINGS)),
+    })
+}
+
+pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
+    let algorithm = parse_algorithm(&a.algorithm)?;
+    let routing = parse_routing(&a.routing)?;
+    let model_cfg = ModelConfig::preset(&a.preset, Tokenizer.vocab_size())?;
+    anyhow::ensure!(a.steps >= 35, "--steps must be at least 35 (first 10 vs last 25)");
+    let mut early_all = Vec::new();
+    let mut late_all = Vec::new();
+    for &seed in &a.seeds {
+        let task = Task::new(TaskConfig::default(), seed)?;
+        let cs = load_or_train(&model_cfg, &task, &ColdStartConfig::default(), seed, device, &a.cache_dir, true)?;
+        let mut cfg = RlConfig { algorithm: algorithm.clone(), routing, minibatches: a.minibatches, total_steps: a.steps, ..RlConfig::default() };
+        cfg.optimizer.lr = a.lr;
+        let mut t = Trainer::new(cfg, cs.model, task, seed)?;
+        t.probe = false;
+        let bar = ProgressBar::new(a.steps as u64);
+        bar.set_style(ProgressStyle::with_template("seed {prefix} {bar:30} {pos}/{len} {msg} [{elapsed}<{eta}]").expect("template"));
+        bar.set_prefix(seed.to_string());
+        let mut rewards = Vec::new();
+        let mut secs = Vec::new();
+        for _ in 0..a.steps {
+            let o = t.step();
+            let r = o.rewards.iter().sum::<f32>() / o.rewards.len() as f32;
+            rewards.push(f64::from(r));
+            secs.push(o.t_rollout + o.t_update + o.t_probe);
+            bar.set_message(format!("reward {r:.3}"));
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        let early = rewards[..10].iter().sum::<f64>() / 10.0;
+        let late = rewards[rewards.len() - 25..].iter().sum::<f64>() / 25.0;
+        secs.sort_by(f64::total_cmp);
+        println!(
+            "{} {} seed {seed}: cold start {:.3} sampled; reward first 10 steps {early:.3}, last 25 steps {late:.3} ({}); median step {:.3}s",
+            a.algorithm,
+            a.routing,
+            cs.accuracy.sampled,
+            if late > early { "improved" } else { "did not improve" },
+            secs[secs.len() / 2]
+        );
+        early_all.push(early);
+        late_all.push(late);
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    println!("{} {}: mean over {} seeds: first 10 {:.3}, last 25 {:.3}", a.algorithm, a.routing, a.seeds.len(), mean(&early_all), mean(&late_all));
+    Ok(())
+}
