@@ -131,7 +131,15 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
     use crate::rl::{RlConfig, Trainer};
     let cfg = ModelConfig::preset("toy", Tokenizer.vocab_size())?;
     let task = Task::new(TaskConfig::default(), 0)?;
-    let cs = load_or_train(&cfg, &task, &ColdStartConfig::default(), 0, device, std::path::Path::new("results/.cache"), true)?;
+    let cs = load_or_train(
+        &cfg,
+        &task,
+        &ColdStartConfig::default(),
+        0,
+        device,
+        std::path::Path::new("results/.cache"),
+        true,
+    )?;
     for probe in [false, true] {
         let mut t = Trainer::new(RlConfig::default(), cs.model.clone(), task.clone(), 0)?;
         t.probe = probe;

@@ -87,6 +87,39 @@ pub enum Command {
         #[arg(long, default_value = "results/.cache")]
         cache_dir: PathBuf,
     },
-    /// Run a named experiment (experiments/<name>.toml).
-    Experiment { name: String },
+    /// Run a named experiment (experiments/<name>.toml): every arm × seed, then the report.
+    Experiment {
+        name: String,
+        /// RL steps per cell (overrides the spec).
+        #[arg(long)]
+        steps: Option<usize>,
+        /// Seeds, comma separated (overrides the spec).
+        #[arg(long, value_delimiter = ',')]
+        seeds: Option<Vec<u64>>,
+        /// Model preset (overrides the spec).
+        #[arg(long)]
+        preset: Option<String>,
+        /// Output folder (default results/<name>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Small version: first seed only, 15 steps, eval every 5 steps.
+        #[arg(long)]
+        quick: bool,
+        /// Only these arms, comma separated.
+        #[arg(long, value_delimiter = ',')]
+        arms: Option<Vec<String>>,
+        /// Folder of experiment specs.
+        #[arg(long, default_value = "experiments")]
+        specs: PathBuf,
+        /// Cache directory of cold starts.
+        #[arg(long, default_value = "results/.cache")]
+        cache_dir: PathBuf,
+    },
+    /// List the experiments in experiments/ with their descriptions.
+    List {
+        #[arg(long, default_value = "experiments")]
+        specs: PathBuf,
+    },
+    /// Rebuild summary, plots and report.md of a results folder from its Parquet files.
+    Report { dir: PathBuf },
 }

@@ -31,7 +31,11 @@ pub fn parse_algorithm(name: &str) -> Result<Algorithm> {
         "gspo" => Algorithm::Gspo(GspoConfig::default()),
         "gspo_token" => Algorithm::GspoToken(GspoConfig::default()),
         "gvpo" => Algorithm::Gvpo(GvpoConfig::default()),
-        other => bail!("unknown algorithm '{other}'; allowed: {}{}", ALGORITHMS.join(", "), suggest(other, ALGORITHMS)),
+        other => bail!(
+            "unknown algorithm '{other}'; allowed: {}{}",
+            ALGORITHMS.join(", "),
+            suggest(other, ALGORITHMS)
+        ),
     })
 }
 
@@ -40,7 +44,11 @@ pub fn parse_routing(name: &str) -> Result<RoutingMode> {
         "native" => RoutingMode::Native,
         "r2" => RoutingMode::R2,
         "r3" => RoutingMode::R3,
-        other => bail!("unknown routing mode '{other}'; allowed: {}{}", ROUTINGS.join(", "), suggest(other, ROUTINGS)),
+        other => bail!(
+            "unknown routing mode '{other}'; allowed: {}{}",
+            ROUTINGS.join(", "),
+            suggest(other, ROUTINGS)
+        ),
     })
 }
 
@@ -48,18 +56,40 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
     let algorithm = parse_algorithm(&a.algorithm)?;
     let routing = parse_routing(&a.routing)?;
     let model_cfg = ModelConfig::preset(&a.preset, Tokenizer.vocab_size())?;
-    anyhow::ensure!(a.steps >= 35, "--steps must be at least 35 (first 10 vs last 25)");
+    anyhow::ensure!(
+        a.steps >= 35,
+        "--steps must be at least 35 (first 10 vs last 25)"
+    );
     let mut early_all = Vec::new();
     let mut late_all = Vec::new();
     for &seed in &a.seeds {
         let task = Task::new(TaskConfig::default(), seed)?;
-        let cs = load_or_train(&model_cfg, &task, &ColdStartConfig::default(), seed, device, &a.cache_dir, true)?;
-        let mut cfg = RlConfig { algorithm: algorithm.clone(), routing, minibatches: a.minibatches, total_steps: a.steps, ..RlConfig::default() };
+        let cs = load_or_train(
+            &model_cfg,
+            &task,
+            &ColdStartConfig::default(),
+            seed,
+            device,
+            &a.cache_dir,
+            true,
+        )?;
+        let mut cfg = RlConfig {
+            algorithm: algorithm.clone(),
+            routing,
+            minibatches: a.minibatches,
+            total_steps: a.steps,
+            ..RlConfig::default()
+        };
         cfg.optimizer.lr = a.lr;
         let mut t = Trainer::new(cfg, cs.model, task, seed)?;
         t.probe = false;
         let bar = ProgressBar::new(a.steps as u64);
-        bar.set_style(ProgressStyle::with_template("seed {prefix} {bar:30} {pos}/{len} {msg} [{elapsed}<{eta}]").expect("template"));
+        bar.set_style(
+            ProgressStyle::with_template(
+                "seed {prefix} {bar:30} {pos}/{len} {msg} [{elapsed}<{eta}]",
+            )
+            .expect("template"),
+        );
         bar.set_prefix(seed.to_string());
         let mut rewards = Vec::new();
         let mut secs = Vec::new();
@@ -80,13 +110,24 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
             a.algorithm,
             a.routing,
             cs.accuracy.sampled,
-            if late > early { "improved" } else { "did not improve" },
+            if late > early {
+                "improved"
+            } else {
+                "did not improve"
+            },
             secs[secs.len() / 2]
         );
         early_all.push(early);
         late_all.push(late);
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    println!("{} {}: mean over {} seeds: first 10 {:.3}, last 25 {:.3}", a.algorithm, a.routing, a.seeds.len(), mean(&early_all), mean(&late_all));
+    println!(
+        "{} {}: mean over {} seeds: first 10 {:.3}, last 25 {:.3}",
+        a.algorithm,
+        a.routing,
+        a.seeds.len(),
+        mean(&early_all),
+        mean(&late_all)
+    );
     Ok(())
 }

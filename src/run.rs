@@ -2,9 +2,49 @@
 
 use crate::cli::{Cli, Command};
 use crate::coldstart::{ColdStartConfig, load_or_train, train};
+use crate::experiment::{ExperimentSpec, RunOptions, run_experiment};
 use crate::model::{FfnKind, ModelConfig};
+use crate::report::write_report;
 use crate::task::{Task, TaskConfig, TaskKind, Tokenizer};
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Every `*.toml` in `dir` with its parsed spec (or the parse error).
+pub fn list_specs(dir: &Path) -> Result<Vec<(String, Result<ExperimentSpec>)>> {
+    let mut out = Vec::new();
+    let entries = std::fs::read_dir(dir)
+        .with_context(|| format!("reading experiment folder {}", dir.display()))?;
+    for e in entries {
+        let path = e?.path();
+        if path.extension().is_some_and(|x| x == "toml") {
+            let name = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().to_string())
+                .unwrap_or_default();
+            out.push((name, ExperimentSpec::load(&path)));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// The spec `experiments/<name>.toml`; an unknown name lists the known ones.
+pub fn find_spec(dir: &Path, name: &str) -> Result<ExperimentSpec> {
+    let path = dir.join(format!("{name}.toml"));
+    if !path.exists() {
+        let names: Vec<String> = list_specs(dir)?.into_iter().map(|(n, _)| n).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        bail!(
+            "unknown experiment '{name}' (no {}); known: {}{}",
+            path.display(),
+            refs.join(", "),
+            crate::util::suggest(name, &refs)
+        );
+    }
+    ExperimentSpec::load(&path)
+}
 
 pub fn run(cli: Cli) -> Result<()> {
     if let Some(n) = cli.threads {
@@ -59,14 +99,123 @@ pub fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
-        Command::Bench { reps, layer_only, rl } => crate::bench::run(&device, reps, layer_only, rl),
-        Command::Learn { algorithm, routing, preset, steps, seeds, lr, minibatches, cache_dir } => {
-            crate::learn::run(&device, &crate::learn::LearnArgs { algorithm, routing, preset, steps, seeds, lr, minibatches, cache_dir })
+        Command::Bench {
+            reps,
+            layer_only,
+            rl,
+        } => crate::bench::run(&device, reps, layer_only, rl),
+        Command::Learn {
+            algorithm,
+            routing,
+            preset,
+            steps,
+            seeds,
+            lr,
+            minibatches,
+            cache_dir,
+        } => crate::learn::run(
+            &device,
+            &crate::learn::LearnArgs {
+                algorithm,
+                routing,
+                preset,
+                steps,
+                seeds,
+                lr,
+                minibatches,
+                cache_dir,
+            },
+        ),
+        Command::Experiment {
+            name,
+            steps,
+            seeds,
+            preset,
+            out,
+            quick,
+            arms,
+            specs,
+            cache_dir,
+        } => {
+            let mut spec = find_spec(&specs, &name)?;
+            if quick {
+                spec.seeds.truncate(1);
+                spec.steps = 15;
+                spec.eval_every = 5;
+            }
+            if let Some(s) = steps {
+                spec.steps = s;
+            }
+            if let Some(s) = seeds {
+                spec.seeds = s;
+            }
+            if let Some(p) = preset {
+                spec.preset = p;
+            }
+            if let Some(a) = arms {
+                spec.select_arms(&a)?;
+            }
+            spec.validate().context("after command-line overrides")?;
+            let out = out.unwrap_or_else(|| std::path::PathBuf::from("results").join(&spec.name));
+            let stop = Arc::new(AtomicBool::new(false));
+            let flag = stop.clone();
+            let _ = ctrlc::set_handler(move || {
+                if flag.swap(true, Ordering::SeqCst) {
+                    std::process::exit(130);
+                }
+                eprintln!(
+                    "\ninterrupt: finishing the current step, then flushing and reporting (Ctrl-C again to quit now)"
+                );
+            });
+            let opts = RunOptions {
+                out: out.clone(),
+                device,
+                device_name: cli.device.to_string(),
+                cache_dir,
+                show_progress: true,
+                stop: stop.clone(),
+                on_step: None,
+            };
+            let started = std::time::Instant::now();
+            let statuses = run_experiment(&spec, &opts)?;
+            write_report(&out)?;
+            for s in &statuses {
+                println!(
+                    "{:>14} seed {}: {} after {} steps",
+                    s.arm, s.seed, s.status, s.steps_done
+                );
+            }
+            println!(
+                "wrote {} ({:.0}s)",
+                out.join("report.md").display(),
+                started.elapsed().as_secs_f64()
+            );
+            if stop.load(Ordering::SeqCst) {
+                bail!(
+                    "interrupted: the data computed so far is in {}",
+                    out.display()
+                );
+            }
+            Ok(())
         }
-        Command::Experiment { name } => {
-            bail!(
-                "experiment '{name}': the experiment runner is not built yet (see issue 5); `driftlab coldstart` and `driftlab bench` run today"
-            )
+        Command::List { specs } => {
+            for (name, spec) in list_specs(&specs)? {
+                println!(
+                    "{name:<16} {}",
+                    spec.map(|s| s.description)
+                        .unwrap_or_else(|e| format!("(invalid: {e:#})"))
+                );
+            }
+            Ok(())
+        }
+        Command::Report { dir } => {
+            let sums = write_report(&dir)?;
+            println!(
+                "wrote {} ({} arms)",
+                dir.join("report.md").display(),
+                sums.len()
+            );
+            Ok(())
         }
     }
 }

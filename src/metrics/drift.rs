@@ -83,3 +83,83 @@ pub fn model_drift(
         layers,
     )
 }
+
+/// Jensen–Shannon divergence (natural log) between two distributions.
+pub fn js(p: &[f32], q: &[f32]) -> f64 {
+    let mut d = 0.0;
+    for (&a, &b) in p.iter().zip(q) {
+        let (a, b) = (f64::from(a), f64::from(b));
+        let m = 0.5 * (a + b);
+        if a > 0.0 {
+            d += 0.5 * a * (a / m).ln();
+        }
+        if b > 0.0 {
+            d += 0.5 * b * (b / m).ln();
+        }
+    }
+    d.max(0.0)
+}
+
+/// Mean JS divergence over the real tokens of one layer's `[tokens, n_experts]` distributions.
+pub fn mean_js(p: &[f32], q: &[f32], valid: &[bool], n_experts: usize) -> f64 {
+    let mut sum = 0.0;
+    let mut n = 0usize;
+    for (t, (a, b)) in p
+        .chunks_exact(n_experts)
+        .zip(q.chunks_exact(n_experts))
+        .enumerate()
+    {
+        if valid[t] {
+            sum += js(a, b);
+            n += 1;
+        }
+    }
+    if n == 0 { 0.0 } else { sum / n as f64 }
+}
+
+/// Share of routed slots per expert over the real tokens of one layer's `[tokens, k]` routing.
+pub fn expert_load(routes: &[u16], valid: &[bool], n_experts: usize, k: usize) -> Vec<f64> {
+    let mut load = vec![0f64; n_experts];
+    let mut n = 0usize;
+    for (t, ids) in routes.chunks_exact(k).enumerate() {
+        if valid[t] {
+            for &e in ids {
+                if (e as usize) < n_experts {
+                    load[e as usize] += 1.0;
+                    n += 1;
+                }
+            }
+        }
+    }
+    load.iter_mut().for_each(|l| *l /= n.max(1) as f64);
+    load
+}
+
+/// `max_e load_e / uniform − 1` (0 for a perfectly balanced layer).
+pub fn load_max_violation(load: &[f64]) -> f64 {
+    let uniform = 1.0 / load.len().max(1) as f64;
+    load.iter().copied().fold(0.0, f64::max) / uniform - 1.0
+}
+
+/// Experts receiving less than `frac` of the uniform load.
+pub fn dead_experts(load: &[f64], frac: f64) -> usize {
+    let uniform = 1.0 / load.len().max(1) as f64;
+    load.iter().filter(|&&l| l < frac * uniform).count()
+}
+
+/// Mean entropy of the router distributions over real tokens.
+pub fn mean_entropy(p: &[f32], valid: &[bool], n_experts: usize) -> f64 {
+    let mut sum = 0.0;
+    let mut n = 0usize;
+    for (t, row) in p.chunks_exact(n_experts).enumerate() {
+        if valid[t] {
+            sum -= row
+                .iter()
+                .filter(|&&x| x > 0.0)
+                .map(|&x| f64::from(x) * f64::from(x).ln())
+                .sum::<f64>();
+            n += 1;
+        }
+    }
+    if n == 0 { 0.0 } else { sum / n as f64 }
+}

@@ -1,3 +1,7 @@
-//! Measurements derived from the RL engine's outputs.
+//! Measurements derived from the RL engine's outputs: drift, ratios, rows, collapse events.
 
+pub mod collapse;
 pub mod drift;
+pub mod frames;
+pub mod ratio;
+pub mod rows;

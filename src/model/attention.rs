@@ -103,7 +103,10 @@ pub fn causal_mask(
         }
     }
     let additive = keep.iter().map(|&k| (k - 1.0) * MASK_SHIFT).collect();
-    AttnMask { additive: floats(additive, [batch, 1, seq, kv], device), keep: floats(keep, [batch, 1, seq, kv], device) }
+    AttnMask {
+        additive: floats(additive, [batch, 1, seq, kv], device),
+        keep: floats(keep, [batch, 1, seq, kv], device),
+    }
 }
 
 /// Self-attention on `x` `[batch·seq, d_model]` (already normalised). With a cache, the new

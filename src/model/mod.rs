@@ -147,17 +147,7 @@ impl Model {
         for (l, blk) in self.weights.blocks.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| &mut c[l]);
             let h = rms_norm(x.clone(), &blk.attn_norm);
-            x = round(
-                x + attention(
-                    blk,
-                    cfg,
-                    &self.rope,
-                    h,
-                    (b, s, pos0),
-                    &mask,
-                    layer_cache,
-                ),
-            );
+            x = round(x + attention(blk, cfg, &self.rope, h, (b, s, pos0), &mask, layer_cache));
             let h = rms_norm(x.clone(), &blk.ffn_norm);
             let y = match &blk.ffn {
                 FfnWeights::Moe(mw) => {

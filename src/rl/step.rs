@@ -103,6 +103,11 @@ pub struct UpdateRecord {
     pub probs_after: Vec<Vec<f32>>,
     /// Real (non-padding) tokens of the minibatch layout.
     pub valid: Vec<bool>,
+    /// Per response token of the minibatch: log π_θ before the step, π_old, rollout engine, reference.
+    pub logp: Vec<f32>,
+    pub logp_old: Vec<f32>,
+    pub logp_mu: Vec<f32>,
+    pub logp_ref: Vec<f32>,
     /// Advantages and lengths of the minibatch's responses.
     pub adv: Vec<f32>,
     pub lens: Vec<usize>,
@@ -162,7 +167,8 @@ impl Trainer {
                 model.cfg.max_seq_len
             );
         }
-        let reference = (cfg.algorithm.kl_beta() > 0.0).then(|| model.inner());
+        // The frozen cold-start model: the KL term's reference, and `kl_ref` for every objective.
+        let reference = Some(model.inner());
         let opt = AdamW::new(cfg.optimizer.clone(), &model.weights);
         let drift_sigma = match cfg.drift_injection {
             Some(DriftInjection::Sigma { sigma }) => Some(sigma),
@@ -337,6 +343,7 @@ impl Trainer {
                 group_size: cfg.group_size,
             };
             let (ploss, stats) = policy_loss(&cfg.algorithm, &pb, cfg.tis.as_ref());
+            let logp_now = pb.logp_host();
             let loss_aux = scalar(out.aux_loss.clone().inner());
             let loss_z = scalar(out.z_loss.clone().inner());
             let total = ploss + out.aux_loss * cfg.aux_coef as f32 + out.z_loss * cfg.z_coef as f32;
@@ -405,6 +412,10 @@ impl Trainer {
                 probs_before,
                 probs_after,
                 valid: mb.batch.valid.clone(),
+                logp: logp_now,
+                logp_old: pb.logp_old.clone(),
+                logp_mu: pb.logp_mu.clone(),
+                logp_ref: pb.logp_ref.clone().unwrap_or_default(),
                 adv: adv[mb.rows.clone()].to_vec(),
                 lens: mb.lens.clone(),
                 t_update,

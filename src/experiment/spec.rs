@@ -1,0 +1,149 @@
+//! Experiment specs: `experiments/<name>.toml` → a validated [`ExperimentSpec`].
+
+use crate::coldstart::ColdStartConfig;
+use crate::metrics::collapse::CollapseConfig;
+use crate::model::{FfnKind, ModelConfig, PRESETS};
+use crate::rl::{Algorithm, RlConfig, RoutingMode};
+use crate::task::{TaskConfig, Tokenizer};
+use crate::util::suggest;
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// One arm: an objective and a routing mode (plus an optional dense FFN for the control).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArmSpec {
+    pub name: String,
+    pub algorithm: Algorithm,
+    #[serde(default)]
+    pub routing: RoutingMode,
+    /// `dense` for the control arm; default `moe`.
+    #[serde(default)]
+    pub ffn: FfnKind,
+}
+
+/// A named experiment: model, task, RL settings shared by all arms, the arms, the seeds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentSpec {
+    pub name: String,
+    pub description: String,
+    #[serde(default = "default_preset")]
+    pub preset: String,
+    #[serde(default)]
+    pub task: TaskConfig,
+    pub seeds: Vec<u64>,
+    pub steps: usize,
+    /// Greedy eval accuracy every this many steps (and at the first and last step).
+    #[serde(default = "default_eval_every")]
+    pub eval_every: usize,
+    /// Frames are rewritten on disk every this many steps of a cell.
+    #[serde(default = "default_flush_every")]
+    pub flush_every: usize,
+    /// Reward (EMA 0.9) whose first crossing is reported as `steps_to_target`.
+    #[serde(default = "default_target_reward")]
+    pub target_reward: f64,
+    #[serde(default)]
+    pub rl: RlConfig,
+    #[serde(default)]
+    pub coldstart: ColdStartConfig,
+    #[serde(default)]
+    pub collapse: CollapseConfig,
+    pub arms: Vec<ArmSpec>,
+}
+
+fn default_preset() -> String {
+    "toy".into()
+}
+fn default_eval_every() -> usize {
+    10
+}
+fn default_flush_every() -> usize {
+    5
+}
+fn default_target_reward() -> f64 {
+    0.5
+}
+
+impl ExperimentSpec {
+    pub fn from_toml(text: &str, origin: &str) -> Result<Self> {
+        let spec: ExperimentSpec =
+            toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+        spec.validate()
+            .with_context(|| format!("{origin}: invalid experiment"))?;
+        Ok(spec)
+    }
+
+    pub fn load(path: &Path) -> Result<Self> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        Self::from_toml(&text, &path.display().to_string())
+    }
+
+    /// Model configuration of an arm.
+    pub fn model_config(&self, arm: &ArmSpec) -> Result<ModelConfig> {
+        let mut cfg = ModelConfig::preset(&self.preset, Tokenizer.vocab_size())?;
+        cfg.ffn = arm.ffn;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if !PRESETS.contains(&self.preset.as_str()) {
+            bail!(
+                "key 'preset': unknown preset '{}'; allowed: {}{}",
+                self.preset,
+                PRESETS.join(", "),
+                suggest(&self.preset, PRESETS)
+            );
+        }
+        self.task.validate().context("key 'task'")?;
+        self.rl.validate().context("key 'rl'")?;
+        self.coldstart.validate().context("key 'coldstart'")?;
+        if self.seeds.is_empty() {
+            bail!("key 'seeds': at least one seed is needed");
+        }
+        if self.steps == 0 {
+            bail!("key 'steps': must be at least 1");
+        }
+        if self.eval_every == 0 || self.flush_every == 0 {
+            bail!("keys 'eval_every' and 'flush_every' must be at least 1");
+        }
+        if self.arms.is_empty() {
+            bail!("key 'arms': at least one [[arms]] entry is needed");
+        }
+        let mut names = std::collections::HashSet::new();
+        for a in &self.arms {
+            if !names.insert(a.name.as_str()) {
+                bail!("key 'arms': arm name '{}' appears twice", a.name);
+            }
+            a.algorithm
+                .validate()
+                .with_context(|| format!("arm '{}'", a.name))?;
+            if a.ffn == FfnKind::Dense && a.routing != RoutingMode::Native {
+                bail!(
+                    "arm '{}': a dense arm has no router, so routing must be 'native'",
+                    a.name
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Keep only the named arms; unknown names are errors with a suggestion.
+    pub fn select_arms(&mut self, names: &[String]) -> Result<()> {
+        let known: Vec<&str> = self.arms.iter().map(|a| a.name.as_str()).collect();
+        for n in names {
+            if !known.contains(&n.as_str()) {
+                bail!(
+                    "unknown arm '{n}' in experiment '{}'; allowed: {}{}",
+                    self.name,
+                    known.join(", "),
+                    suggest(n, &known)
+                );
+            }
+        }
+        self.arms.retain(|a| names.contains(&a.name));
+        Ok(())
+    }
+}

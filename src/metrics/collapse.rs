@@ -1,0 +1,237 @@
+//! Collapse detector: turns the metric stream of one cell into events (DESIGN §7).
+//!
+//! Rules (thresholds configurable):
+//! - `non_finite`: an update whose loss or gradient was NaN/Inf (it was skipped); every one is an
+//!   event, and after `non_finite_stop` in a row the cell stops with status `collapsed`.
+//! - `reward_collapse`: EMA(`reward_ema`) of the reward stays below `reward_drop` × its running
+//!   maximum (once that maximum is ≥ `reward_min_max`) for `reward_patience` steps; reported once,
+//!   at the first step of that stretch.
+//! - `entropy_collapse`: entropy < `entropy_drop` × its step-0 value; reported once.
+//! - `ratio_explosion`: `ratio_tok_max` > `ratio_max` or `mismatch_extreme_frac` > `extreme_frac`;
+//!   at most one event per step.
+//! - `grad_spike`: grad norm > `grad_spike` × the running median of earlier grad norms (after 5).
+//! - `expert_collapse`: in some layer an expert receives < `expert_min_load` of the uniform load
+//!   for `expert_patience` consecutive steps; reported once per cell.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CollapseConfig {
+    pub non_finite_stop: usize,
+    pub reward_ema: f64,
+    pub reward_drop: f64,
+    pub reward_min_max: f64,
+    pub reward_patience: usize,
+    pub entropy_drop: f64,
+    pub ratio_max: f64,
+    pub extreme_frac: f64,
+    pub grad_spike: f64,
+    pub expert_min_load: f64,
+    pub expert_patience: usize,
+}
+
+impl Default for CollapseConfig {
+    fn default() -> Self {
+        CollapseConfig {
+            non_finite_stop: 3,
+            reward_ema: 0.9,
+            reward_drop: 0.7,
+            reward_min_max: 0.1,
+            reward_patience: 10,
+            entropy_drop: 0.1,
+            ratio_max: 10.0,
+            extreme_frac: 0.1,
+            grad_spike: 10.0,
+            expert_min_load: 0.01,
+            expert_patience: 10,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub step: usize,
+    pub kind: String,
+    pub value: f64,
+    pub threshold: f64,
+    pub detail: String,
+}
+
+/// What the detector needs from one step.
+#[derive(Clone, Debug, Default)]
+pub struct StepSignals {
+    pub step: usize,
+    pub reward_mean: f64,
+    pub entropy: f64,
+    pub ratio_tok_max: f64,
+    pub mismatch_extreme_frac: f64,
+    /// Grad norms of the applied updates.
+    pub grad_norms: Vec<f64>,
+    /// Updates skipped for a non-finite loss or gradient, in order (true = skipped).
+    pub skipped: Vec<bool>,
+    /// Per layer, per expert share of routed slots.
+    pub loads: Vec<Vec<f64>>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct CollapseDetector {
+    pub cfg: CollapseConfig,
+    ema: Option<f64>,
+    ema_max: f64,
+    below_since: Option<usize>,
+    below_count: usize,
+    reward_reported: bool,
+    entropy0: Option<f64>,
+    entropy_reported: bool,
+    grad_history: Vec<f64>,
+    non_finite_run: usize,
+    starved: Vec<Vec<usize>>,
+    expert_reported: bool,
+    /// Set once the cell must stop (`non_finite_stop` non-finite updates in a row).
+    pub collapsed: bool,
+}
+
+impl CollapseDetector {
+    pub fn new(cfg: CollapseConfig) -> Self {
+        CollapseDetector {
+            cfg,
+            ..Default::default()
+        }
+    }
+
+    pub fn observe(&mut self, s: &StepSignals) -> Vec<Event> {
+        let c = self.cfg.clone();
+        let mut ev = Vec::new();
+        let mut push = |kind: &str, value: f64, threshold: f64, detail: String, step: usize| {
+            ev.push(Event {
+                step,
+                kind: kind.to_string(),
+                value,
+                threshold,
+                detail,
+            });
+        };
+        for (i, &skipped) in s.skipped.iter().enumerate() {
+            if skipped {
+                self.non_finite_run += 1;
+                push(
+                    "non_finite",
+                    f64::NAN,
+                    0.0,
+                    format!("update {i} skipped ({} in a row)", self.non_finite_run),
+                    s.step,
+                );
+                if self.non_finite_run >= c.non_finite_stop {
+                    self.collapsed = true;
+                }
+            } else {
+                self.non_finite_run = 0;
+            }
+        }
+        if s.reward_mean.is_finite() {
+            let ema = match self.ema {
+                None => s.reward_mean,
+                Some(e) => c.reward_ema * e + (1.0 - c.reward_ema) * s.reward_mean,
+            };
+            self.ema = Some(ema);
+            self.ema_max = self.ema_max.max(ema);
+            if self.ema_max >= c.reward_min_max && ema < c.reward_drop * self.ema_max {
+                self.below_since.get_or_insert(s.step);
+                self.below_count += 1;
+                if self.below_count >= c.reward_patience && !self.reward_reported {
+                    self.reward_reported = true;
+                    let first = self.below_since.expect("set above");
+                    push(
+                        "reward_collapse",
+                        ema,
+                        c.reward_drop * self.ema_max,
+                        format!(
+                            "reward EMA below {:.2}× its max {:.3} since step {first}",
+                            c.reward_drop, self.ema_max
+                        ),
+                        first,
+                    );
+                }
+            } else {
+                self.below_since = None;
+                self.below_count = 0;
+            }
+        }
+        let e0 = *self.entropy0.get_or_insert(s.entropy);
+        if !self.entropy_reported && s.entropy < c.entropy_drop * e0 {
+            self.entropy_reported = true;
+            push(
+                "entropy_collapse",
+                s.entropy,
+                c.entropy_drop * e0,
+                format!("entropy {:.4} vs {:.4} at the start", s.entropy, e0),
+                s.step,
+            );
+        }
+        if s.ratio_tok_max > c.ratio_max {
+            push(
+                "ratio_explosion",
+                s.ratio_tok_max,
+                c.ratio_max,
+                "ratio_tok_max".into(),
+                s.step,
+            );
+        } else if s.mismatch_extreme_frac > c.extreme_frac {
+            push(
+                "ratio_explosion",
+                s.mismatch_extreme_frac,
+                c.extreme_frac,
+                "mismatch_extreme_frac".into(),
+                s.step,
+            );
+        }
+        for &g in &s.grad_norms {
+            if self.grad_history.len() >= 5 {
+                let mut h = self.grad_history.clone();
+                h.sort_by(f64::total_cmp);
+                let median = h[h.len() / 2];
+                if g > c.grad_spike * median {
+                    push(
+                        "grad_spike",
+                        g,
+                        c.grad_spike * median,
+                        format!("running median {median:.4}"),
+                        s.step,
+                    );
+                }
+            }
+            if g.is_finite() {
+                self.grad_history.push(g);
+            }
+        }
+        if self.starved.len() != s.loads.len() {
+            self.starved = s.loads.iter().map(|l| vec![0; l.len()]).collect();
+        }
+        for (l, load) in s.loads.iter().enumerate() {
+            let uniform = 1.0 / load.len().max(1) as f64;
+            for (e, &x) in load.iter().enumerate() {
+                if x < c.expert_min_load * uniform {
+                    self.starved[l][e] += 1;
+                    if self.starved[l][e] >= c.expert_patience && !self.expert_reported {
+                        self.expert_reported = true;
+                        push(
+                            "expert_collapse",
+                            x / uniform,
+                            c.expert_min_load,
+                            format!(
+                                "layer {l} expert {e} below {:.0}% of uniform load for {} steps",
+                                c.expert_min_load * 100.0,
+                                c.expert_patience
+                            ),
+                            s.step,
+                        );
+                    }
+                } else {
+                    self.starved[l][e] = 0;
+                }
+            }
+        }
+        ev
+    }
+}

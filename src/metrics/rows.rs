@@ -1,0 +1,282 @@
+//! One row per update, per layer and per step, with the column names of DESIGN §7–§8.
+
+use super::drift::{
+    dead_experts, expert_load, load_max_violation, mean_entropy, mean_js, model_drift,
+};
+use super::ratio::{ess, k3, mean_var, within_seq_var};
+use crate::model::NO_ROUTE;
+use crate::rl::{StepOutput, UpdateRecord};
+
+/// A cell value. Floats are nullable (a metric that does not apply is null, never a fake 0).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Val {
+    S(String),
+    I(i64),
+    F(Option<f64>),
+}
+
+pub type Row = Vec<(&'static str, Val)>;
+
+fn f(x: f64) -> Val {
+    Val::F(x.is_finite().then_some(x))
+}
+
+/// Identity of a cell: the columns every frame starts with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CellId {
+    pub experiment: String,
+    pub arm: String,
+    pub algorithm: String,
+    pub routing: String,
+    pub seed: u64,
+}
+
+impl CellId {
+    pub fn row(&self, step: usize) -> Row {
+        vec![
+            ("experiment", Val::S(self.experiment.clone())),
+            ("arm", Val::S(self.arm.clone())),
+            ("algorithm", Val::S(self.algorithm.clone())),
+            ("routing", Val::S(self.routing.clone())),
+            ("seed", Val::I(self.seed as i64)),
+            ("step", Val::I(step as i64)),
+        ]
+    }
+}
+
+/// Model shape the rows need.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub k: usize,
+    pub n_experts: usize,
+    pub moe: bool,
+}
+
+/// Per-update metrics (DESIGN §7).
+pub fn update_row(id: &CellId, step: usize, u: &UpdateRecord, shape: Shape) -> Row {
+    let st = &u.stats;
+    let w: Vec<f64> = st.ratio_tok.iter().map(|&x| f64::from(x)).collect();
+    let lw: Vec<f64> = w.iter().map(|x| x.ln()).collect();
+    let (rmean, rvar) = mean_var(&w);
+    let seg: Vec<usize> = u
+        .lens
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &l)| std::iter::repeat_n(i, l))
+        .collect();
+    let seqr: Vec<f64> = st.ratio_seq.iter().map(|&x| f64::from(x)).collect();
+    let n = w.len().max(1) as f64;
+    let frac = |v: &[bool]| v.iter().filter(|&&b| b).count() as f64 / v.len().max(1) as f64;
+    let clip_tok: Vec<bool> = st
+        .clip_low
+        .iter()
+        .zip(&st.clip_high)
+        .map(|(a, b)| *a || *b)
+        .collect();
+    let mut row = id.row(step);
+    row.push(("minibatch", Val::I(u.minibatch as i64)));
+    row.extend([
+        ("ratio_tok_mean", f(rmean)),
+        ("ratio_tok_var", f(rvar)),
+        (
+            "ratio_tok_max",
+            f(w.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
+        ),
+        (
+            "ratio_tok_min",
+            f(w.iter().copied().fold(f64::INFINITY, f64::min)),
+        ),
+        ("logratio_tok_var", f(mean_var(&lw).1)),
+        ("ratio_seq_var", f(mean_var(&seqr).1)),
+        (
+            "logratio_within_seq_var",
+            f(within_seq_var(&lw, &seg, u.lens.len())),
+        ),
+        ("ess", f(ess(&w))),
+        ("clip_frac_tok", f(frac(&clip_tok))),
+        ("clip_frac_low", f(frac(&st.clip_low))),
+        ("clip_frac_high", f(frac(&st.clip_high))),
+        ("clip_frac_seq", f(frac(&st.clip_seq))),
+        ("kl_old", f(-lw.iter().sum::<f64>() / n)),
+        (
+            "kl_ref",
+            if u.logp_ref.is_empty() {
+                Val::F(None)
+            } else {
+                f(k3(&u.logp, &u.logp_ref))
+            },
+        ),
+        ("grad_norm", f(f64::from(u.grad_norm))),
+        ("loss_policy", f(f64::from(u.loss_policy))),
+        ("loss_aux", f(f64::from(u.loss_aux))),
+        ("loss_total", f(f64::from(u.loss_total))),
+        ("applied", Val::I(i64::from(u.applied))),
+        ("lr", f(u.lr)),
+        (
+            "resp_len_mean",
+            f(u.lens.iter().sum::<usize>() as f64 / u.lens.len().max(1) as f64),
+        ),
+        ("n_tokens", Val::I(w.len() as i64)),
+    ]);
+    let probed = !u.routes_after.is_empty() || !shape.moe;
+    let (de, dt, df, _) = model_drift(&u.routes_before, &u.routes_after, &u.valid, shape.k);
+    let (ds, _, _, _) = model_drift(&u.routes_old, &u.routes_after, &u.valid, shape.k);
+    let js = if u.probs_after.is_empty() {
+        0.0
+    } else {
+        u.probs_before
+            .iter()
+            .zip(&u.probs_after)
+            .map(|(a, b)| mean_js(a, b, &u.valid, shape.n_experts))
+            .sum::<f64>()
+            / u.probs_before.len() as f64
+    };
+    let or_null = |x: f64| if probed { f(x) } else { Val::F(None) };
+    row.extend([
+        ("drift_expert_frac", or_null(de)),
+        ("drift_token_frac", or_null(dt)),
+        ("drift_flips_per_token", or_null(df)),
+        ("drift_since_rollout_frac", or_null(ds)),
+        ("router_js", or_null(js)),
+        ("t_update", f(u.t_update)),
+        ("t_probe", f(u.t_probe)),
+    ]);
+    row
+}
+
+/// Per-layer drift, router entropy and load of one update.
+pub fn layer_rows(id: &CellId, step: usize, u: &UpdateRecord, shape: Shape) -> Vec<Row> {
+    if !shape.moe || u.routes_after.is_empty() {
+        return Vec::new();
+    }
+    let (_, _, _, layers) = model_drift(&u.routes_before, &u.routes_after, &u.valid, shape.k);
+    let (_, _, _, since) = model_drift(&u.routes_old, &u.routes_after, &u.valid, shape.k);
+    layers
+        .iter()
+        .enumerate()
+        .map(|(l, d)| {
+            let load = expert_load(&u.routes_before[l], &u.valid, shape.n_experts, shape.k);
+            let mut row = id.row(step);
+            row.push(("minibatch", Val::I(u.minibatch as i64)));
+            row.push(("layer", Val::I(l as i64)));
+            row.extend([
+                ("drift_expert_frac", f(d.expert_frac())),
+                (
+                    "drift_token_frac",
+                    f(d.changed_tokens as f64 / d.tokens.max(1) as f64),
+                ),
+                ("drift_since_rollout_frac", f(since[l].expert_frac())),
+                (
+                    "router_js",
+                    f(mean_js(
+                        &u.probs_before[l],
+                        &u.probs_after[l],
+                        &u.valid,
+                        shape.n_experts,
+                    )),
+                ),
+                (
+                    "router_entropy",
+                    f(mean_entropy(&u.probs_before[l], &u.valid, shape.n_experts)),
+                ),
+                ("load_max_violation", f(load_max_violation(&load))),
+                ("dead_experts", Val::I(dead_experts(&load, 0.01) as i64)),
+            ]);
+            row
+        })
+        .collect()
+}
+
+/// Per-layer expert loads of π_old on a step's rollout batch (for the collapse detector).
+pub fn step_loads(out: &StepOutput, shape: Shape) -> Vec<Vec<f64>> {
+    out.routes_old
+        .iter()
+        .map(|r| expert_load(r, &out.valid, shape.n_experts, shape.k))
+        .collect()
+}
+
+/// Per-step metrics (DESIGN §7). `eval_accuracy` is null on steps without an evaluation.
+pub fn step_row(
+    id: &CellId,
+    out: &StepOutput,
+    eval_accuracy: Option<f64>,
+    shape: Shape,
+    group_size: usize,
+) -> Row {
+    let r: Vec<f64> = out.rewards.iter().map(|&x| f64::from(x)).collect();
+    let (rm, rv) = mean_var(&r);
+    let zero_groups = out
+        .rewards
+        .chunks_exact(group_size)
+        .filter(|g| g.iter().all(|&x| x == g[0]))
+        .count();
+    let n_groups = (out.rewards.len() / group_size).max(1);
+    let rho: Vec<f64> = out
+        .logp_old
+        .iter()
+        .zip(&out.logp_mu)
+        .map(|(o, m)| f64::from(o - m).exp())
+        .collect();
+    let mkl = rho.iter().map(|p| p - 1.0 - p.ln()).sum::<f64>() / rho.len().max(1) as f64;
+    let extreme =
+        rho.iter().filter(|&&p| p.max(1.0 / p) > 2.0).count() as f64 / rho.len().max(1) as f64;
+    let routed: Vec<bool> = out
+        .routes_rollout
+        .first()
+        .map(|r| r.chunks_exact(shape.k).map(|c| c[0] != NO_ROUTE).collect())
+        .unwrap_or_default();
+    let (route_frac, _, _, _) = model_drift(&out.routes_old, &out.routes_rollout, &routed, shape.k);
+    let loads = step_loads(out, shape);
+    let mut row = id.row(out.step);
+    row.extend([
+        ("reward_mean", f(rm)),
+        ("reward_std", f(rv.sqrt())),
+        (
+            "accuracy",
+            f(out.correct.iter().filter(|&&c| c).count() as f64 / out.correct.len().max(1) as f64),
+        ),
+        ("eval_accuracy", Val::F(eval_accuracy)),
+        (
+            "resp_len_mean",
+            f(out.resp_lens.iter().sum::<usize>() as f64 / out.resp_lens.len().max(1) as f64),
+        ),
+        ("entropy", f(f64::from(out.entropy))),
+        (
+            "frac_zero_adv_groups",
+            f(zero_groups as f64 / n_groups as f64),
+        ),
+        ("mismatch_kl_k3", f(mkl)),
+        ("mismatch_extreme_frac", f(extreme)),
+        (
+            "mismatch_route_frac",
+            if shape.moe {
+                f(route_frac)
+            } else {
+                Val::F(None)
+            },
+        ),
+        (
+            "load_max_violation",
+            if shape.moe {
+                f(loads
+                    .iter()
+                    .map(|l| load_max_violation(l))
+                    .fold(0.0, f64::max))
+            } else {
+                Val::F(None)
+            },
+        ),
+        (
+            "dead_experts",
+            Val::I(loads.iter().map(|l| dead_experts(l, 0.01) as i64).sum()),
+        ),
+        ("t_rollout", f(out.t_rollout)),
+        ("t_update", f(out.t_update)),
+        ("t_probe", f(out.t_probe)),
+        (
+            "n_tokens",
+            Val::I(out.resp_lens.iter().sum::<usize>() as i64),
+        ),
+    ]);
+    row
+}

@@ -1,0 +1,286 @@
+//! End to end on `tiny`: runner → Parquet → report; interruption keeps readable data.
+
+mod common;
+use common::flex;
+use driftlab::coldstart::ColdStartConfig;
+use driftlab::experiment::{ArmSpec, ExperimentSpec, RunOptions, run_experiment};
+use driftlab::metrics::frames::{f64_col, i64_col, read_parquet};
+use driftlab::report::{PLOTS, write_report};
+use driftlab::rl::{Algorithm, DriftInjection, GrpoConfig, GspoConfig, RlConfig, RoutingMode};
+use driftlab::task::TaskConfig;
+use polars::prelude::DataType;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+fn spec(steps: usize) -> ExperimentSpec {
+    ExperimentSpec {
+        name: "tiny_test".into(),
+        description: "integration test".into(),
+        preset: "tiny".into(),
+        task: TaskConfig {
+            min_len: 2,
+            max_len: 5,
+            eval_size: 16,
+            ..TaskConfig::default()
+        },
+        seeds: vec![0, 1],
+        steps,
+        eval_every: 2,
+        flush_every: 1,
+        target_reward: 0.5,
+        rl: RlConfig {
+            batch_prompts: 4,
+            group_size: 4,
+            minibatches: 2,
+            drift_injection: Some(DriftInjection::Sigma { sigma: 0.5 }),
+            ..RlConfig::default()
+        },
+        coldstart: ColdStartConfig {
+            max_steps: 20,
+            batch_size: 16,
+            eval_every: 10,
+            target_accuracy: 2.0,
+            ..ColdStartConfig::default()
+        },
+        collapse: Default::default(),
+        arms: vec![
+            ArmSpec {
+                name: "grpo_r2".into(),
+                algorithm: Algorithm::Grpo(GrpoConfig::default()),
+                routing: RoutingMode::R2,
+                ffn: Default::default(),
+            },
+            ArmSpec {
+                name: "gspo".into(),
+                algorithm: Algorithm::Gspo(GspoConfig::default()),
+                routing: RoutingMode::Native,
+                ffn: Default::default(),
+            },
+        ],
+    }
+}
+
+fn opts(tag: &str) -> RunOptions {
+    let out = std::env::temp_dir().join(format!("driftlab-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    RunOptions {
+        cache_dir: out.join("cache"),
+        out,
+        device: flex(),
+        device_name: "flex".into(),
+        show_progress: false,
+        stop: Arc::new(AtomicBool::new(false)),
+        on_step: None,
+    }
+}
+
+const IDENTITY: &[&str] = &["experiment", "arm", "algorithm", "routing", "seed", "step"];
+
+#[test]
+fn three_steps_two_arms_two_seeds_write_readable_frames_and_a_report() {
+    let o = opts("frames");
+    let statuses = run_experiment(&spec(3), &o).unwrap();
+    assert!(
+        statuses
+            .iter()
+            .all(|s| s.status == "ok" && s.steps_done == 3),
+        "{statuses:?}"
+    );
+    let read = |n: &str| read_parquet(&o.out.join(format!("{n}.parquet"))).unwrap();
+    let (steps, updates, layers, events) = (
+        read("steps"),
+        read("updates"),
+        read("layers"),
+        read("events"),
+    );
+    assert_eq!(steps.height(), 2 * 2 * 3);
+    assert_eq!(updates.height(), 2 * 2 * 3 * 2);
+    assert_eq!(
+        layers.height(),
+        2 * 2 * 3 * 2 * 2,
+        "two MoE layers per update"
+    );
+    for df in [&steps, &updates, &layers, &events] {
+        let names: Vec<String> = df
+            .get_column_names()
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        for id in IDENTITY {
+            assert!(
+                names.contains(&id.to_string()),
+                "missing identity column {id} in {names:?}"
+            );
+        }
+    }
+    let expect = |df: &polars::prelude::DataFrame, cols: &[&str]| {
+        for c in cols {
+            let col = df
+                .column(c)
+                .unwrap_or_else(|_| panic!("missing column {c}"));
+            assert!(
+                matches!(col.dtype(), DataType::Float64 | DataType::Int64),
+                "{c} has type {:?}",
+                col.dtype()
+            );
+            assert!(
+                col.null_count() < df.height(),
+                "metric column {c} is all null"
+            );
+        }
+    };
+    expect(
+        &steps,
+        &[
+            "reward_mean",
+            "reward_std",
+            "accuracy",
+            "eval_accuracy",
+            "resp_len_mean",
+            "entropy",
+            "frac_zero_adv_groups",
+            "mismatch_kl_k3",
+            "mismatch_extreme_frac",
+            "mismatch_route_frac",
+            "load_max_violation",
+            "dead_experts",
+            "t_rollout",
+            "t_update",
+            "t_probe",
+            "n_tokens",
+        ],
+    );
+    expect(
+        &updates,
+        &[
+            "minibatch",
+            "ratio_tok_mean",
+            "ratio_tok_var",
+            "ratio_tok_max",
+            "ratio_tok_min",
+            "logratio_tok_var",
+            "ratio_seq_var",
+            "logratio_within_seq_var",
+            "ess",
+            "clip_frac_tok",
+            "clip_frac_low",
+            "clip_frac_high",
+            "clip_frac_seq",
+            "kl_old",
+            "kl_ref",
+            "grad_norm",
+            "loss_policy",
+            "loss_aux",
+            "drift_expert_frac",
+            "drift_token_frac",
+            "drift_flips_per_token",
+            "drift_since_rollout_frac",
+            "router_js",
+        ],
+    );
+    expect(
+        &layers,
+        &[
+            "minibatch",
+            "layer",
+            "drift_expert_frac",
+            "drift_token_frac",
+            "drift_since_rollout_frac",
+            "router_js",
+            "router_entropy",
+            "load_max_violation",
+            "dead_experts",
+        ],
+    );
+    assert_eq!(steps.column("arm").unwrap().dtype(), &DataType::String);
+    // Under r2 the forward replays π_old's routes, yet the probe measures native drift.
+    let arm = driftlab::metrics::frames::str_col(&updates, "arm").unwrap();
+    let drift = f64_col(&updates, "drift_expert_frac").unwrap();
+    let r2_drift: f64 = arm
+        .iter()
+        .zip(&drift)
+        .filter(|(a, _)| *a == "grpo_r2")
+        .filter_map(|(_, d)| *d)
+        .sum();
+    assert!(r2_drift > 0.0, "native drift is measured under replay");
+
+    let sums = write_report(&o.out).unwrap();
+    assert_eq!(sums.len(), 2);
+    for p in PLOTS {
+        for ext in ["png", "svg"] {
+            let f: PathBuf = o.out.join("plots").join(format!("{p}.{ext}"));
+            let len = std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0);
+            assert!(
+                len > 1000,
+                "{} is missing or empty ({len} bytes)",
+                f.display()
+            );
+        }
+    }
+    let md = std::fs::read_to_string(o.out.join("report.md")).unwrap();
+    assert!(md.contains("| grpo_r2 |") && md.contains("plots/drift.png"));
+    assert!(
+        o.out.join("summary.csv").exists()
+            && o.out.join("summary.json").exists()
+            && o.out.join("config.json").exists()
+    );
+    let _ = std::fs::remove_dir_all(&o.out);
+}
+
+#[test]
+fn a_run_stopped_after_step_k_keeps_readable_parquet() {
+    let mut o = opts("stop");
+    let stop = o.stop.clone();
+    let k = 1;
+    o.on_step = Some(Box::new(move |_, _, step| {
+        if step == k {
+            stop.store(true, Ordering::SeqCst);
+        }
+    }));
+    let statuses = run_experiment(&spec(6), &o).unwrap();
+    assert_eq!(statuses[0].status, "stopped");
+    assert_eq!(statuses[0].steps_done, k + 1);
+    assert!(
+        statuses[1..]
+            .iter()
+            .all(|s| s.status == "stopped" && s.steps_done == 0)
+    );
+    let steps = read_parquet(&o.out.join("steps.parquet")).unwrap();
+    let st = i64_col(&steps, "step").unwrap();
+    assert_eq!(st.len(), k + 1);
+    assert!(st.iter().all(|&s| s <= k as i64));
+    write_report(&o.out).expect("an interrupted run can be re-reported");
+    let _ = std::fs::remove_dir_all(&o.out);
+}
+
+#[test]
+fn malformed_specs_are_clear_errors() {
+    let e = ExperimentSpec::from_toml(
+        "name = 'x'\ndescription = 'd'\nseeds = [0]\nsteps = 1\narms = []\nbogus = 1",
+        "experiments/x.toml",
+    )
+    .unwrap_err();
+    assert!(
+        format!("{e:#}").contains("experiments/x.toml") && format!("{e:#}").contains("bogus"),
+        "{e:#}"
+    );
+    let text = "name = 'x'\ndescription = 'd'\nseeds = [0]\nsteps = 1\n[[arms]]\nname = 'a'\nalgorithm = { kind = 'grpoo' }";
+    let e = format!(
+        "{:#}",
+        ExperimentSpec::from_toml(text, "x.toml").unwrap_err()
+    );
+    assert!(e.contains("grpoo"), "{e}");
+    let text = "name = 'x'\ndescription = 'd'\nseeds = [0]\nsteps = 1\n[rl]\nminibatches = 3\n[[arms]]\nname = 'a'\nalgorithm = { kind = 'grpo' }";
+    let e = format!(
+        "{:#}",
+        ExperimentSpec::from_toml(text, "x.toml").unwrap_err()
+    );
+    assert!(
+        e.contains("minibatches") && e.contains("must divide"),
+        "{e}"
+    );
+    let mut s = spec(1);
+    let e = format!("{:#}", s.select_arms(&["gpso".into()]).unwrap_err());
+    assert!(e.contains("did you mean 'gspo'"), "{e}");
+}
