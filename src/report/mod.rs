@@ -531,14 +531,14 @@ fn make_plots(dir: &Path, f: &RunFrames) -> Result<()> {
     }
     .save(&pdir, "ratio_var_vs_len")?;
 
+    // A KL is positive and spans decades across regimes: always a log axis.
     let mk = per_step_series(&f.steps, &g, "mismatch_kl_k3")?;
-    let log = spans_decades(mk.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
     LineChart {
         title: "Train–inference mismatch: k3 KL per token (rollout engine vs trainer)".into(),
         x_label: "RL step".into(),
         y_label: "mismatch_kl_k3".into(),
         series: mk,
-        log_y: log,
+        log_y: true,
         markers: vec![],
         scatter: false,
     }

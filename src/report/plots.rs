@@ -126,8 +126,9 @@ impl LineChart {
         };
         if !y0.is_finite() {
             (y0, y1) = (0.0, 1.0);
-        } else if y1 - y0 < 1e-12 {
-            (y0, y1) = (y0 - 0.5, y1 + 0.5);
+        } else if y1 - y0 <= 1e-9 * y1.abs().max(y0.abs()) || y1 == y0 {
+            let pad = if y1 == 0.0 { 0.5 } else { 0.1 * y1.abs() };
+            (y0, y1) = (y0 - pad, y1 + pad);
         } else {
             let pad = 0.05 * (y1 - y0);
             (y0, y1) = (y0 - pad, y1 + pad);
@@ -319,9 +320,23 @@ impl BarChart {
         for (i, b) in self.bars.iter().enumerate() {
             let x = i as f64;
             chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [(x + 0.15, lo), (x + 0.85, t(b.1))],
-                    palette(i).filled(),
+                .draw_series((b.1 > 0.0).then(|| {
+                    Rectangle::new([(x + 0.15, lo), (x + 0.85, t(b.1))], palette(i).filled())
+                }))
+                .map_err(err)?;
+            let label = if b.1 <= 0.0 {
+                "0".to_string()
+            } else if b.1 < 0.01 {
+                format!("{:.1e}", b.1)
+            } else {
+                format!("{:.3}", b.1)
+            };
+            let top = if b.1 <= 0.0 { lo } else { t(b.1) };
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    label,
+                    (x + 0.42, top + 0.02 * (hi - lo)),
+                    ("sans-serif", 14),
                 )))
                 .map_err(err)?;
             if let Some((elo, ehi)) = b.2 {
