@@ -66,27 +66,7 @@ pub enum Command {
         rl: bool,
     },
     /// Learning check: RL from the cached cold start, printing reward early vs late per seed.
-    Learn {
-        /// grpo | gspo | gspo_token | gvpo
-        #[arg(long, default_value = "grpo")]
-        algorithm: String,
-        /// native | r2 | r3
-        #[arg(long, default_value = "native")]
-        routing: String,
-        #[arg(long, default_value = "toy")]
-        preset: String,
-        #[arg(long, default_value_t = 100)]
-        steps: usize,
-        #[arg(long, value_delimiter = ',', default_value = "0,1,2")]
-        seeds: Vec<u64>,
-        #[arg(long, default_value_t = 1e-4)]
-        lr: f64,
-        #[arg(long, default_value_t = 4)]
-        minibatches: usize,
-        /// Cache directory of cold starts.
-        #[arg(long, default_value = "results/.cache")]
-        cache_dir: PathBuf,
-    },
+    Learn(crate::learn::LearnArgs),
     /// Run a named experiment (experiments/<name>.toml): every arm × seed, then the report.
     Experiment {
         name: String,

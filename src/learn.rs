@@ -11,14 +11,26 @@ use burn::tensor::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 
+#[derive(clap::Args, Debug)]
 pub struct LearnArgs {
+    /// grpo | gspo | gspo_token | gvpo
+    #[arg(long, default_value = "grpo")]
     pub algorithm: String,
+    /// native | r2 | r3
+    #[arg(long, default_value = "native")]
     pub routing: String,
+    #[arg(long, default_value = "toy")]
     pub preset: String,
+    #[arg(long, default_value_t = 100)]
     pub steps: usize,
+    #[arg(long, value_delimiter = ',', default_value = "0,1,2")]
     pub seeds: Vec<u64>,
+    #[arg(long, default_value_t = 1e-4)]
     pub lr: f64,
+    #[arg(long, default_value_t = 4)]
     pub minibatches: usize,
+    /// Cache directory of cold starts.
+    #[arg(long, default_value = "results/.cache")]
     pub cache_dir: PathBuf,
 }
 

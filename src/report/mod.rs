@@ -5,7 +5,7 @@ pub mod plots;
 
 use crate::metrics::frames::{f64_col, i64_col, read_parquet, str_col, write_csv};
 use anyhow::{Context, Result};
-use plots::{BarChart, LineChart, Series, spans_decades};
+use plots::{BarChart, Chart, LineChart, Series, spans_decades};
 use polars::prelude::DataFrame;
 use serde::Serialize;
 use std::collections::BTreeMap;

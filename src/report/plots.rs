@@ -73,6 +73,22 @@ pub fn spans_decades(values: impl Iterator<Item = f64>) -> bool {
     !pos.is_empty() && hi / lo >= 100.0
 }
 
+/// A chart that can draw itself on any plotters backend.
+pub trait Chart {
+    fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static;
+
+    /// Write `<stem>.png` and `<stem>.svg` under `dir`.
+    fn save(&self, dir: &Path, stem: &str) -> Result<()> {
+        register_font();
+        let png = dir.join(format!("{stem}.png"));
+        self.draw(BitMapBackend::new(&png, (1000, 600)).into_drawing_area())?;
+        let svg = dir.join(format!("{stem}.svg"));
+        self.draw(SVGBackend::new(&svg, (1000, 600)).into_drawing_area())
+    }
+}
+
 impl LineChart {
     fn ty(&self, y: f64) -> Option<f64> {
         if !y.is_finite() {
@@ -83,7 +99,9 @@ impl LineChart {
             Some(y)
         }
     }
+}
 
+impl Chart for LineChart {
     fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> Result<()>
     where
         DB::ErrorType: 'static,
@@ -232,16 +250,6 @@ impl LineChart {
         root.present().map_err(err)?;
         Ok(())
     }
-
-    /// Write `<stem>.png` and `<stem>.svg`.
-    pub fn save(&self, dir: &Path, stem: &str) -> Result<()> {
-        register_font();
-        let png = dir.join(format!("{stem}.png"));
-        self.draw(BitMapBackend::new(&png, (1000, 600)).into_drawing_area())?;
-        let svg = dir.join(format!("{stem}.svg"));
-        self.draw(SVGBackend::new(&svg, (1000, 600)).into_drawing_area())?;
-        Ok(())
-    }
 }
 
 /// A bar chart of one value per category, with optional error bars `(lo, hi)`.
@@ -252,7 +260,7 @@ pub struct BarChart {
     pub log_y: bool,
 }
 
-impl BarChart {
+impl Chart for BarChart {
     fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> Result<()>
     where
         DB::ErrorType: 'static,
@@ -349,15 +357,6 @@ impl BarChart {
             }
         }
         root.present().map_err(err)?;
-        Ok(())
-    }
-
-    pub fn save(&self, dir: &Path, stem: &str) -> Result<()> {
-        register_font();
-        let png = dir.join(format!("{stem}.png"));
-        self.draw(BitMapBackend::new(&png, (1000, 600)).into_drawing_area())?;
-        let svg = dir.join(format!("{stem}.svg"));
-        self.draw(SVGBackend::new(&svg, (1000, 600)).into_drawing_area())?;
         Ok(())
     }
 }
