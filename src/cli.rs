@@ -100,6 +100,18 @@ pub enum Command {
         #[arg(long, default_value = "experiments")]
         specs: PathBuf,
     },
+    /// CI regression: run experiments/check.toml and compare with results/baselines/check.json.
+    Check {
+        /// Rewrite the baseline from this run (deliberately).
+        #[arg(long)]
+        update: bool,
+        #[arg(long, default_value = "results/baselines/check.json")]
+        baseline: PathBuf,
+        #[arg(long, default_value = "experiments")]
+        specs: PathBuf,
+        #[arg(long, default_value = "results/.cache")]
+        cache_dir: PathBuf,
+    },
     /// Rebuild summary, plots and report.md of a results folder from its Parquet files.
     Report { dir: PathBuf },
 }

@@ -1,6 +1,7 @@
 //! driftlab: routing-stability simulator for MoE language models under RL post-training.
 
 pub mod bench;
+pub mod check;
 pub mod cli;
 pub mod coldstart;
 pub mod device;

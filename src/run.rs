@@ -177,6 +177,28 @@ pub fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Command::Check {
+            update,
+            baseline,
+            specs,
+            cache_dir,
+        } => {
+            let spec = find_spec(&specs, "check")?;
+            let out = std::env::temp_dir().join(format!("driftlab-check-{}", std::process::id()));
+            let opts = RunOptions {
+                out: out.clone(),
+                device,
+                device_name: cli.device.to_string(),
+                cache_dir,
+                show_progress: false,
+                stop: Arc::new(AtomicBool::new(false)),
+                on_step: None,
+            };
+            let result = crate::check::check(&spec, &opts, &baseline, update);
+            let _ = std::fs::remove_dir_all(&out);
+            println!("{}", result?);
+            Ok(())
+        }
         Command::List { specs } => {
             for (name, spec) in list_specs(&specs)? {
                 println!(

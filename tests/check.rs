@@ -1,0 +1,99 @@
+//! `driftlab check`: passes against the committed baseline, fails loudly on a perturbed copy,
+//! and invariants that hold whatever the baseline.
+
+mod common;
+use common::flex;
+use driftlab::check::{Baseline, check, compare, measure};
+use driftlab::experiment::{ExperimentSpec, RunOptions};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+fn opts(tag: &str) -> RunOptions {
+    let out = std::env::temp_dir().join(format!("driftlab-check-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    RunOptions {
+        out,
+        device: flex(),
+        device_name: "flex".into(),
+        cache_dir: Path::new("results/.cache").into(),
+        show_progress: false,
+        stop: Arc::new(AtomicBool::new(false)),
+        on_step: None,
+    }
+}
+
+#[test]
+fn check_passes_on_main_and_fails_on_a_perturbed_baseline() {
+    let spec = ExperimentSpec::load(Path::new("experiments/check.toml")).unwrap();
+    let base_path = Path::new("results/baselines/check.json");
+    let o = opts("pass");
+    let msg =
+        check(&spec, &o, base_path, false).expect("check passes against the committed baseline");
+    assert!(msg.contains("check passed"));
+
+    // Perturb a copy: one drift value beyond its tolerance, one clip fraction within it.
+    let mut base: Baseline =
+        serde_json::from_str(&std::fs::read_to_string(base_path).unwrap()).unwrap();
+    let d = base
+        .arms
+        .get_mut("grpo")
+        .unwrap()
+        .get_mut("drift_expert_frac")
+        .unwrap();
+    *d *= 1.5;
+    let c = base
+        .arms
+        .get_mut("gspo")
+        .unwrap()
+        .get_mut("clip_frac_tok")
+        .unwrap();
+    *c *= 1.001;
+    let copy = o.out.with_extension("baseline.json");
+    std::fs::write(&copy, serde_json::to_string(&base).unwrap()).unwrap();
+    let o2 = opts("fail");
+    let err = format!("{:#}", check(&spec, &o2, &copy, false).unwrap_err());
+    assert!(
+        err.contains("REGRESSED") && err.contains("drift_expert_frac") && err.contains("grpo"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("clip_frac_tok"),
+        "a move within tolerance is not reported: {err}"
+    );
+    for p in [&o.out, &o2.out, &copy] {
+        let _ = std::fs::remove_dir_all(p);
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+#[test]
+fn invariants_that_hold_whatever_the_baseline() {
+    let spec = ExperimentSpec::load(Path::new("experiments/check.toml")).unwrap();
+    let o = opts("inv");
+    let (m, _) = measure(&spec, &o).unwrap();
+    assert!(
+        m["gspo"]["clip_frac_tok"] > m["grpo"]["clip_frac_tok"],
+        "GSPO's token-weighted clip fraction exceeds GRPO's"
+    );
+    assert_eq!(
+        m["dense"]["drift_expert_frac"], 0.0,
+        "the dense control has no expert drift"
+    );
+    assert!(m["grpo"]["drift_expert_frac"] > 0.0);
+    // A missing arm or metric is a failure, not a silent pass.
+    let base = Baseline {
+        experiment: "check".into(),
+        tolerances: driftlab::check::tolerances(),
+        arms: m.clone(),
+    };
+    let mut fewer = m.clone();
+    fewer.remove("gspo");
+    assert!(
+        compare(&base, &fewer)
+            .iter()
+            .any(|r| !r.ok && r.arm == "gspo")
+    );
+    assert!(compare(&base, &m).iter().all(|r| r.ok));
+    let _ = std::fs::remove_dir_all(&o.out);
+}
