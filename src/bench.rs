@@ -141,7 +141,13 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
         true,
     )?;
     for probe in [false, true] {
-        let mut t = Trainer::new(RlConfig::default(), cs.model.clone(), task.clone(), 0)?;
+        // Probe off and no reference model: the same work as a plain GRPO step (rollout,
+        // π_old recompute, 4 updates); probe on adds the instrumentation driftlab exists for.
+        let cfg = RlConfig {
+            measure_kl_ref: probe,
+            ..RlConfig::default()
+        };
+        let mut t = Trainer::new(cfg, cs.model.clone(), task.clone(), 0)?;
         t.probe = probe;
         let mut rows = Vec::new();
         for i in 0..reps.max(1) + 2 {
@@ -155,7 +161,7 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
         rows.sort_by(|a, b| a.0.total_cmp(&b.0));
         let (total, ro, up, pr, toks) = rows[rows.len() / 2];
         println!(
-            "rl step (toy, sort 4-16, B 16, G 8, N 4, probe {}): median {:.3}s = rollout {:.3}s + update {:.3}s + probe {:.3}s; rollout {:.0} generated tokens/s, update {:.0} response tokens/s",
+            "rl step (toy, sort 4-16, B 16, G 8, N 4, probe and kl_ref {}): median {:.3}s = rollout {:.3}s + update {:.3}s + probe {:.3}s; rollout {:.0} generated tokens/s, update {:.0} response tokens/s",
             if probe { "on" } else { "off" },
             total,
             ro,

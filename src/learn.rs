@@ -90,6 +90,7 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
             routing,
             minibatches: a.minibatches,
             total_steps: a.steps,
+            measure_kl_ref: false,
             ..RlConfig::default()
         };
         cfg.optimizer.lr = a.lr;

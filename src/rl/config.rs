@@ -251,6 +251,9 @@ pub struct RlConfig {
     /// Router z-loss coefficient.
     pub z_coef: f64,
     pub drift_injection: Option<DriftInjection>,
+    /// Compute log-probs of the frozen cold-start model every step for the `kl_ref` metric (one
+    /// extra no-graph forward per minibatch); always on when the objective has a KL term.
+    pub measure_kl_ref: bool,
 }
 
 impl Default for RlConfig {
@@ -271,6 +274,7 @@ impl Default for RlConfig {
             aux_coef: 1e-3,
             z_coef: 0.0,
             drift_injection: None,
+            measure_kl_ref: true,
         }
     }
 }

@@ -167,8 +167,9 @@ impl Trainer {
                 model.cfg.max_seq_len
             );
         }
-        // The frozen cold-start model: the KL term's reference, and `kl_ref` for every objective.
-        let reference = Some(model.inner());
+        // The frozen cold-start model: the KL term's reference, and the `kl_ref` metric.
+        let reference =
+            (cfg.algorithm.kl_beta() > 0.0 || cfg.measure_kl_ref).then(|| model.inner());
         let opt = AdamW::new(cfg.optimizer.clone(), &model.weights);
         let drift_sigma = match cfg.drift_injection {
             Some(DriftInjection::Sigma { sigma }) => Some(sigma),
