@@ -284,3 +284,14 @@ fn malformed_specs_are_clear_errors() {
     let e = format!("{:#}", s.select_arms(&["gpso".into()]).unwrap_err());
     assert!(e.contains("did you mean 'gspo'"), "{e}");
 }
+
+#[test]
+fn an_unwritable_output_folder_is_a_clear_error() {
+    let mut o = opts("unwritable");
+    let file = std::env::temp_dir().join(format!("driftlab-not-a-dir-{}", std::process::id()));
+    std::fs::write(&file, b"x").unwrap();
+    o.out = file.join("sub");
+    let e = format!("{:#}", run_experiment(&spec(1), &o).unwrap_err());
+    assert!(e.contains("cannot create output folder"), "{e}");
+    let _ = std::fs::remove_file(&file);
+}

@@ -321,3 +321,29 @@ fn impossible_rl_settings_are_errors() {
         .contains("max_seq_len")
     );
 }
+
+#[test]
+fn a_non_finite_loss_skips_the_update_and_never_poisons_the_weights() {
+    let mut t = trainer(
+        tiny_rl(Algorithm::Grpo(GrpoConfig::default()), RoutingMode::Native),
+        4,
+    );
+    t.cfg.aux_coef = f64::NAN; // validated configs cannot say this; it stands in for a NaN loss
+    let before = t.model.weights.to_host();
+    let out = t.step();
+    for u in &out.updates {
+        assert!(!u.applied);
+        assert_eq!(u.skip_reason.as_deref(), Some("non-finite loss"));
+    }
+    assert_eq!(
+        t.model.weights.to_host(),
+        before,
+        "skipped updates leave the weights untouched"
+    );
+    t.cfg.aux_coef = 1e-3;
+    let out = t.step();
+    assert!(
+        out.updates.iter().all(|u| u.applied),
+        "training resumes once the loss is finite"
+    );
+}
