@@ -88,6 +88,9 @@ pub enum Command {
         /// Only these arms, comma separated.
         #[arg(long, value_delimiter = ',')]
         arms: Option<Vec<String>>,
+        /// Only these regimes, comma separated.
+        #[arg(long, value_delimiter = ',')]
+        regime: Option<Vec<String>>,
         /// Folder of experiment specs.
         #[arg(long, default_value = "experiments")]
         specs: PathBuf,

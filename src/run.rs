@@ -107,6 +107,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Learn(args) => crate::learn::run(&device, &args),
         Command::Experiment {
             name,
+            regime,
             steps,
             seeds,
             preset,
@@ -134,6 +135,9 @@ pub fn run(cli: Cli) -> Result<()> {
             if let Some(a) = arms {
                 spec.select_arms(&a)?;
             }
+            if let Some(r) = regime {
+                spec.select_regimes(&r)?;
+            }
             spec.validate().context("after command-line overrides")?;
             let out = out.unwrap_or_else(|| std::path::PathBuf::from("results").join(&spec.name));
             let stop = Arc::new(AtomicBool::new(false));
@@ -160,8 +164,8 @@ pub fn run(cli: Cli) -> Result<()> {
             write_report(&out)?;
             for s in &statuses {
                 println!(
-                    "{:>14} seed {}: {} after {} steps",
-                    s.arm, s.seed, s.status, s.steps_done
+                    "{:>10} {:>14} seed {}: {} after {} steps",
+                    s.regime, s.arm, s.seed, s.status, s.steps_done
                 );
             }
             println!(

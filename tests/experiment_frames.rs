@@ -58,6 +58,7 @@ fn spec(steps: usize) -> ExperimentSpec {
                 ffn: Default::default(),
             },
         ],
+        regimes: vec![],
     }
 }
 
@@ -75,7 +76,15 @@ fn opts(tag: &str) -> RunOptions {
     }
 }
 
-const IDENTITY: &[&str] = &["experiment", "arm", "algorithm", "routing", "seed", "step"];
+const IDENTITY: &[&str] = &[
+    "experiment",
+    "regime",
+    "arm",
+    "algorithm",
+    "routing",
+    "seed",
+    "step",
+];
 
 #[test]
 fn three_steps_two_arms_two_seeds_write_readable_frames_and_a_report() {
@@ -294,4 +303,49 @@ fn an_unwritable_output_folder_is_a_clear_error() {
     let e = format!("{:#}", run_experiment(&spec(1), &o).unwrap_err());
     assert!(e.contains("cannot create output folder"), "{e}");
     let _ = std::fs::remove_file(&file);
+}
+
+#[test]
+fn regimes_override_settings_and_get_their_own_plots() {
+    use driftlab::experiment::RegimeSpec;
+    use driftlab::rl::Mismatch;
+    let mut s = spec(2);
+    s.seeds = vec![0];
+    s.arms.truncate(1);
+    s.rl.drift_injection = None;
+    s.regimes = vec![
+        RegimeSpec {
+            name: "natural".into(),
+            ..RegimeSpec::default_regime()
+        },
+        RegimeSpec {
+            name: "mismatch".into(),
+            mismatch: Some(Mismatch::RouterNoise { sigma: 1.0 }),
+            ..RegimeSpec::default_regime()
+        },
+    ];
+    s.validate().unwrap();
+    let o = opts("regimes");
+    let st = run_experiment(&s, &o).unwrap();
+    assert_eq!(
+        st.iter().map(|c| c.regime.as_str()).collect::<Vec<_>>(),
+        vec!["natural", "mismatch"]
+    );
+    let sums = write_report(&o.out).unwrap();
+    let labels: Vec<&str> = sums.iter().map(|a| a.arm.as_str()).collect();
+    assert_eq!(labels, vec!["natural/grpo_r2", "mismatch/grpo_r2"]);
+    assert!(
+        sums[1].mismatch_route_frac.mean > 0.05 && sums[0].mismatch_route_frac.mean < 1e-3,
+        "{:?}",
+        sums.iter()
+            .map(|a| a.mismatch_route_frac.mean)
+            .collect::<Vec<_>>()
+    );
+    for r in ["natural", "mismatch"] {
+        assert!(o.out.join("plots").join(r).join("reward.png").exists());
+    }
+    let mut s2 = s.clone();
+    let e = format!("{:#}", s2.select_regimes(&["at_scal".into()]).unwrap_err());
+    assert!(e.contains("allowed: natural, mismatch"), "{e}");
+    let _ = std::fs::remove_dir_all(&o.out);
 }

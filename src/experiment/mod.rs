@@ -4,4 +4,4 @@ pub mod runner;
 pub mod spec;
 
 pub use runner::{CellStatus, RunOptions, run_experiment};
-pub use spec::{ArmSpec, ExperimentSpec};
+pub use spec::{ArmSpec, ExperimentSpec, RegimeSpec};

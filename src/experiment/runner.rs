@@ -1,7 +1,7 @@
 //! Runs every (arm, seed) cell of an experiment, streaming metric rows into frames that are
 //! flushed to Parquet every few steps, so an interrupted run keeps what it computed.
 
-use super::spec::{ArmSpec, ExperimentSpec};
+use super::spec::{ArmSpec, ExperimentSpec, RegimeSpec};
 use crate::coldstart::{load_or_train, write_atomic};
 use crate::generate::Sampling;
 use crate::metrics::collapse::{CollapseDetector, StepSignals};
@@ -34,6 +34,7 @@ pub struct RunOptions {
 /// Final state of one cell.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct CellStatus {
+    pub regime: String,
     pub arm: String,
     pub seed: u64,
     /// `ok`, `collapsed` (non-finite updates in a row) or `stopped` (interrupted).
@@ -81,6 +82,7 @@ fn empty_events() -> Result<polars::prelude::DataFrame> {
         0,
         vec![
             s("experiment"),
+            s("regime"),
             s("arm"),
             s("algorithm"),
             s("routing"),
@@ -170,7 +172,7 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
     } else {
         MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden())
     };
-    let total = (spec.arms.len() * spec.seeds.len() * spec.steps) as u64;
+    let total = (spec.regimes().len() * spec.arms.len() * spec.seeds.len() * spec.steps) as u64;
     let overall = mp.add(ProgressBar::new(total));
     overall.set_style(
         ProgressStyle::with_template("{prefix:>10} {bar:30} {pos}/{len} steps [{elapsed}<{eta}]")
@@ -180,34 +182,39 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
 
     let mut frames = Frames::default();
     let mut statuses = Vec::new();
-    for arm in &spec.arms {
-        for &seed in &spec.seeds {
-            let st = if opts.stop.load(Ordering::SeqCst) {
-                CellStatus {
-                    arm: arm.name.clone(),
-                    seed,
-                    status: "stopped".into(),
-                    steps_done: 0,
-                    coldstart_accuracy: f64::NAN,
-                    drift_sigma: None,
-                }
-            } else {
-                run_cell(spec, arm, seed, opts, &mut frames, &mp, &overall)?
-            };
-            statuses.push(st);
-            frames.flush(&opts.out)?;
-            write_atomic(
-                &opts.out.join("status.json"),
-                serde_json::to_string_pretty(&statuses)?.as_bytes(),
-            )?;
+    for regime in spec.regimes() {
+        for arm in &spec.arms {
+            for &seed in &spec.seeds {
+                let st = if opts.stop.load(Ordering::SeqCst) {
+                    CellStatus {
+                        regime: regime.name.clone(),
+                        arm: arm.name.clone(),
+                        seed,
+                        status: "stopped".into(),
+                        steps_done: 0,
+                        coldstart_accuracy: f64::NAN,
+                        drift_sigma: None,
+                    }
+                } else {
+                    run_cell(spec, &regime, arm, seed, opts, &mut frames, &mp, &overall)?
+                };
+                statuses.push(st);
+                frames.flush(&opts.out)?;
+                write_atomic(
+                    &opts.out.join("status.json"),
+                    serde_json::to_string_pretty(&statuses)?.as_bytes(),
+                )?;
+            }
         }
     }
     overall.finish_and_clear();
     Ok(statuses)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_cell(
     spec: &ExperimentSpec,
+    regime: &RegimeSpec,
     arm: &ArmSpec,
     seed: u64,
     opts: &RunOptions,
@@ -226,7 +233,7 @@ fn run_cell(
         &opts.cache_dir,
         opts.show_progress,
     )?;
-    let mut rl = spec.rl.clone();
+    let mut rl = regime.apply(&spec.rl);
     rl.algorithm = arm.algorithm.clone();
     rl.routing = arm.routing;
     rl.total_steps = spec.steps;
@@ -237,6 +244,7 @@ fn run_cell(
         .with_context(|| format!("arm '{}' seed {seed}", arm.name))?;
     let id = CellId {
         experiment: spec.name.clone(),
+        regime: regime.name.clone(),
         arm: arm.name.clone(),
         algorithm: arm.algorithm.name().into(),
         routing: arm.routing.name().into(),
@@ -319,6 +327,7 @@ fn run_cell(
     overall.inc((spec.steps - done) as u64);
     bar.finish_and_clear();
     Ok(CellStatus {
+        regime: regime.name.clone(),
         arm: arm.name.clone(),
         seed,
         status: status.into(),

@@ -3,7 +3,7 @@
 use crate::coldstart::ColdStartConfig;
 use crate::metrics::collapse::CollapseConfig;
 use crate::model::{FfnKind, ModelConfig, PRESETS};
-use crate::rl::{Algorithm, RlConfig, RoutingMode};
+use crate::rl::{Algorithm, DriftInjection, Mismatch, RlConfig, RoutingMode};
 use crate::task::{TaskConfig, Tokenizer};
 use crate::util::suggest;
 use anyhow::{Context, Result, bail};
@@ -21,6 +21,58 @@ pub struct ArmSpec {
     /// `dense` for the control arm; default `moe`.
     #[serde(default)]
     pub ffn: FfnKind,
+}
+
+/// A named block of overrides on the shared RL settings (DESIGN §6, §9): every arm runs in every
+/// regime, so results can be stated per regime ("in the natural regime …; with 10% injected
+/// drift …").
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegimeSpec {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub drift_injection: Option<DriftInjection>,
+    pub mismatch: Option<Mismatch>,
+    pub router_lr_mult: Option<f64>,
+    pub lr: Option<f64>,
+    pub minibatches: Option<usize>,
+}
+
+impl RegimeSpec {
+    /// The regime of a spec that names none: no overrides.
+    pub fn default_regime() -> Self {
+        RegimeSpec {
+            name: "default".into(),
+            description: "the spec's own settings".into(),
+            drift_injection: None,
+            mismatch: None,
+            router_lr_mult: None,
+            lr: None,
+            minibatches: None,
+        }
+    }
+
+    /// `rl` with this regime's overrides applied.
+    pub fn apply(&self, rl: &RlConfig) -> RlConfig {
+        let mut rl = rl.clone();
+        if let Some(d) = self.drift_injection {
+            rl.drift_injection = Some(d);
+        }
+        if let Some(m) = self.mismatch {
+            rl.mismatch = m;
+        }
+        if let Some(x) = self.router_lr_mult {
+            rl.optimizer.router_lr_mult = x;
+        }
+        if let Some(x) = self.lr {
+            rl.optimizer.lr = x;
+        }
+        if let Some(n) = self.minibatches {
+            rl.minibatches = n;
+        }
+        rl
+    }
 }
 
 /// A named experiment: model, task, RL settings shared by all arms, the arms, the seeds.
@@ -51,6 +103,9 @@ pub struct ExperimentSpec {
     #[serde(default)]
     pub collapse: CollapseConfig,
     pub arms: Vec<ArmSpec>,
+    /// Named override blocks; none = one regime, `default`.
+    #[serde(default)]
+    pub regimes: Vec<RegimeSpec>,
 }
 
 fn default_preset() -> String {
@@ -112,6 +167,15 @@ impl ExperimentSpec {
         if self.arms.is_empty() {
             bail!("key 'arms': at least one [[arms]] entry is needed");
         }
+        let mut regime_names = std::collections::HashSet::new();
+        for r in &self.regimes {
+            if !regime_names.insert(r.name.as_str()) {
+                bail!("key 'regimes': regime name '{}' appears twice", r.name);
+            }
+            r.apply(&self.rl)
+                .validate()
+                .with_context(|| format!("regime '{}'", r.name))?;
+        }
         let mut names = std::collections::HashSet::new();
         for a in &self.arms {
             if !names.insert(a.name.as_str()) {
@@ -127,6 +191,36 @@ impl ExperimentSpec {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// The regimes to run (the implicit `default` when the spec names none).
+    pub fn regimes(&self) -> Vec<RegimeSpec> {
+        if self.regimes.is_empty() {
+            vec![RegimeSpec::default_regime()]
+        } else {
+            self.regimes.clone()
+        }
+    }
+
+    /// Keep only the named regimes; unknown names are errors with a suggestion.
+    pub fn select_regimes(&mut self, names: &[String]) -> Result<()> {
+        let all = self.regimes();
+        let known: Vec<&str> = all.iter().map(|r| r.name.as_str()).collect();
+        for n in names {
+            if !known.contains(&n.as_str()) {
+                bail!(
+                    "unknown regime '{n}' in experiment '{}'; allowed: {}{}",
+                    self.name,
+                    known.join(", "),
+                    suggest(n, &known)
+                );
+            }
+        }
+        self.regimes = all
+            .into_iter()
+            .filter(|r| names.contains(&r.name))
+            .collect();
         Ok(())
     }
 

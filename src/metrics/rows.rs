@@ -25,6 +25,7 @@ fn f(x: f64) -> Val {
 #[derive(Clone, Debug, PartialEq)]
 pub struct CellId {
     pub experiment: String,
+    pub regime: String,
     pub arm: String,
     pub algorithm: String,
     pub routing: String,
@@ -35,6 +36,7 @@ impl CellId {
     pub fn row(&self, step: usize) -> Row {
         vec![
             ("experiment", Val::S(self.experiment.clone())),
+            ("regime", Val::S(self.regime.clone())),
             ("arm", Val::S(self.arm.clone())),
             ("algorithm", Val::S(self.algorithm.clone())),
             ("routing", Val::S(self.routing.clone())),

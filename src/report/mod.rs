@@ -92,8 +92,40 @@ struct Grouped {
     cells: BTreeMap<(String, i64), Vec<usize>>,
 }
 
-fn group(df: &DataFrame) -> Result<Grouped> {
+/// Distinct values of the `regime` column in order of appearance (runs written before regimes
+/// existed have none).
+pub fn regimes(df: &DataFrame) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in str_col(df, "regime").unwrap_or_default() {
+        if !out.contains(&r) {
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// Rows of `df` in one regime.
+fn filter_regime(df: &DataFrame, regime: &str) -> Result<DataFrame> {
+    let keep: Vec<bool> = str_col(df, "regime")?.iter().map(|r| r == regime).collect();
+    let mask: polars::prelude::BooleanChunked = keep.into_iter().map(Some).collect();
+    Ok(df.filter(&mask)?)
+}
+
+/// Arm labels: `regime/arm` when a run holds several regimes, else the arm name.
+fn arm_labels(df: &DataFrame) -> Result<Vec<String>> {
     let arm = str_col(df, "arm")?;
+    match str_col(df, "regime") {
+        Ok(reg) if regimes(df).len() > 1 => Ok(reg
+            .iter()
+            .zip(&arm)
+            .map(|(r, a)| format!("{r}/{a}"))
+            .collect()),
+        _ => Ok(arm),
+    }
+}
+
+fn group(df: &DataFrame) -> Result<Grouped> {
+    let arm = arm_labels(df)?;
     let alg = str_col(df, "algorithm")?;
     let rt = str_col(df, "routing")?;
     let seed = i64_col(df, "seed")?;
@@ -211,7 +243,7 @@ pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
     let gu = group(&f.updates)?;
     let reward = f64_col(&f.steps, "reward_mean")?;
     let eval = f64_col(&f.steps, "eval_accuracy")?;
-    let ev_arm = str_col(&f.events, "arm")?;
+    let ev_arm = arm_labels(&f.events)?;
     let ev_seed = i64_col(&f.events, "seed")?;
     let ev_kind = str_col(&f.events, "kind")?;
     let ev_step = i64_col(&f.events, "step")?;
@@ -370,13 +402,38 @@ pub const PLOTS: &[&str] = &[
     "mismatch_kl",
 ];
 
-fn make_plots(dir: &Path, f: &RunFrames) -> Result<()> {
-    let pdir = dir.join("plots");
+/// Plots of every regime: `plots/<name>.png|svg` for a single-regime run, else
+/// `plots/<regime>/<name>.png|svg`. Returns the folders written, relative to `dir`.
+fn make_plots(dir: &Path, f: &RunFrames) -> Result<Vec<(String, String)>> {
+    let regs = regimes(&f.steps);
+    if regs.len() <= 1 {
+        make_plots_in(&dir.join("plots"), f)?;
+        return Ok(vec![(
+            regs.first().cloned().unwrap_or_default(),
+            "plots".into(),
+        )]);
+    }
+    let mut out = Vec::new();
+    for r in regs {
+        let sub = RunFrames {
+            steps: filter_regime(&f.steps, &r)?,
+            updates: filter_regime(&f.updates, &r)?,
+            layers: filter_regime(&f.layers, &r)?,
+            events: filter_regime(&f.events, &r)?,
+        };
+        make_plots_in(&dir.join("plots").join(&r), &sub)?;
+        out.push((r.clone(), format!("plots/{r}")));
+    }
+    Ok(out)
+}
+
+fn make_plots_in(pdir: &Path, f: &RunFrames) -> Result<()> {
+    let pdir = pdir.to_path_buf();
     std::fs::create_dir_all(&pdir).with_context(|| format!("creating {}", pdir.display()))?;
     let g = group(&f.steps)?;
     // Collapse markers at the reward of the arm mean at that step.
     let reward_series = per_step_series(&f.steps, &g, "reward_mean")?;
-    let ev_arm = str_col(&f.events, "arm")?;
+    let ev_arm = arm_labels(&f.events)?;
     let ev_step = i64_col(&f.events, "step")?;
     let markers = (0..f.events.height())
         .filter_map(|i| {
@@ -556,7 +613,7 @@ pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
     })?;
     let sums = summarize(&f)?;
     write_summary_files(dir, &sums)?;
-    make_plots(dir, &f)?;
+    let plot_dirs = make_plots(dir, &f)?;
     let mut md = String::new();
     let name = str_col(&f.steps, "experiment")?
         .first()
@@ -618,8 +675,13 @@ pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
         writeln!(md)?;
     }
     writeln!(md, "## Plots\n")?;
-    for p in PLOTS {
-        writeln!(md, "![{p}](plots/{p}.png)\n")?;
+    for (regime, folder) in &plot_dirs {
+        if plot_dirs.len() > 1 {
+            writeln!(md, "### Regime `{regime}`\n")?;
+        }
+        for p in PLOTS {
+            writeln!(md, "![{p}]({folder}/{p}.png)\n")?;
+        }
     }
     crate::coldstart::write_atomic(&dir.join("report.md"), md.as_bytes())?;
     Ok(sums)
