@@ -88,6 +88,9 @@ pub enum Command {
         /// Only these arms, comma separated.
         #[arg(long, value_delimiter = ',')]
         arms: Option<Vec<String>>,
+        /// Cells run at once, one thread each (default: the number of cores).
+        #[arg(long)]
+        jobs: Option<usize>,
         /// Only these regimes, comma separated.
         #[arg(long, value_delimiter = ',')]
         regime: Option<Vec<String>>,

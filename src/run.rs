@@ -47,7 +47,16 @@ pub fn find_spec(dir: &Path, name: &str) -> Result<ExperimentSpec> {
 }
 
 pub fn run(cli: Cli) -> Result<()> {
-    if let Some(n) = cli.threads {
+    // Cells in parallel use one thread each: small models use two cores better that way than by
+    // threading inside tiny ops (measured; see README).
+    let jobs = match &cli.command {
+        Command::Experiment { jobs, .. } => {
+            jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        }
+        _ => 1,
+    };
+    let threads = cli.threads.or((jobs > 1).then_some(1));
+    if let Some(n) = threads {
         anyhow::ensure!(n >= 1, "--threads must be at least 1");
         rayon_threads(n)?;
     }
@@ -108,6 +117,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Experiment {
             name,
             regime,
+            jobs: _,
             steps,
             seeds,
             preset,
@@ -151,6 +161,7 @@ pub fn run(cli: Cli) -> Result<()> {
                 );
             });
             let opts = RunOptions {
+                jobs,
                 out: out.clone(),
                 device,
                 device_name: cli.device.to_string(),
@@ -190,6 +201,7 @@ pub fn run(cli: Cli) -> Result<()> {
             let spec = find_spec(&specs, "check")?;
             let out = std::env::temp_dir().join(format!("driftlab-check-{}", std::process::id()));
             let opts = RunOptions {
+                jobs: 1,
                 out: out.clone(),
                 device,
                 device_name: cli.device.to_string(),

@@ -18,6 +18,7 @@ fn opts(tag: &str) -> RunOptions {
         device_name: "flex".into(),
         cache_dir: Path::new("results/.cache").into(),
         show_progress: false,
+        jobs: 1,
         stop: Arc::new(AtomicBool::new(false)),
         on_step: None,
     }

@@ -71,6 +71,7 @@ fn opts(tag: &str) -> RunOptions {
         device: flex(),
         device_name: "flex".into(),
         show_progress: false,
+        jobs: 1,
         stop: Arc::new(AtomicBool::new(false)),
         on_step: None,
     }
@@ -348,4 +349,36 @@ fn regimes_override_settings_and_get_their_own_plots() {
     let e = format!("{:#}", s2.select_regimes(&["at_scal".into()]).unwrap_err());
     assert!(e.contains("allowed: natural, mismatch"), "{e}");
     let _ = std::fs::remove_dir_all(&o.out);
+}
+
+#[test]
+fn parallel_cells_give_the_same_numbers_as_serial_ones() {
+    let run = |jobs: usize, tag: &str| {
+        let mut o = opts(tag);
+        o.jobs = jobs;
+        run_experiment(&spec(2), &o).unwrap();
+        let df = read_parquet(&o.out.join("updates.parquet")).unwrap();
+        let arm = driftlab::metrics::frames::str_col(&df, "arm").unwrap();
+        let seed = i64_col(&df, "seed").unwrap();
+        let step = i64_col(&df, "step").unwrap();
+        let mb = i64_col(&df, "minibatch").unwrap();
+        let v = f64_col(&df, "loss_total").unwrap();
+        let d = f64_col(&df, "drift_expert_frac").unwrap();
+        let mut rows: Vec<_> = (0..df.height())
+            .map(|i| {
+                (
+                    arm[i].clone(),
+                    seed[i],
+                    step[i],
+                    mb[i],
+                    v[i].map(f64::to_bits),
+                    d[i].map(f64::to_bits),
+                )
+            })
+            .collect();
+        rows.sort();
+        let _ = std::fs::remove_dir_all(&o.out);
+        rows
+    };
+    assert_eq!(run(1, "serial"), run(2, "parallel"));
 }

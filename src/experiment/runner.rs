@@ -16,7 +16,8 @@ use rand::SeedableRng;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// How a run is carried out (not part of the experiment's identity).
 pub struct RunOptions {
@@ -27,6 +28,8 @@ pub struct RunOptions {
     pub show_progress: bool,
     /// Set (by Ctrl-C, or a test) to stop after the current step; data is flushed.
     pub stop: Arc<AtomicBool>,
+    /// Cells run at once (each on its own thread).
+    pub jobs: usize,
     /// Called after every completed step with (arm, seed, step).
     pub on_step: Option<Box<dyn Fn(&str, u64, usize) + Send + Sync>>,
 }
@@ -180,33 +183,90 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
     );
     overall.set_prefix(spec.name.clone());
 
-    let mut frames = Frames::default();
-    let mut statuses = Vec::new();
-    for regime in spec.regimes() {
-        for arm in &spec.arms {
-            for &seed in &spec.seeds {
-                let st = if opts.stop.load(Ordering::SeqCst) {
-                    CellStatus {
-                        regime: regime.name.clone(),
-                        arm: arm.name.clone(),
-                        seed,
-                        status: "stopped".into(),
-                        steps_done: 0,
-                        coldstart_accuracy: f64::NAN,
-                        drift_sigma: None,
-                    }
-                } else {
-                    run_cell(spec, &regime, arm, seed, opts, &mut frames, &mp, &overall)?
-                };
-                statuses.push(st);
-                frames.flush(&opts.out)?;
-                write_atomic(
-                    &opts.out.join("status.json"),
-                    serde_json::to_string_pretty(&statuses)?.as_bytes(),
-                )?;
-            }
+    // Cold starts first, one at a time: cells of the same seed and FFN share one cached model.
+    let regimes = spec.regimes();
+    let cells: Vec<(&RegimeSpec, &ArmSpec, u64)> = regimes
+        .iter()
+        .flat_map(|r| {
+            spec.arms
+                .iter()
+                .flat_map(move |a| spec.seeds.iter().map(move |&s| (r, a, s)))
+        })
+        .collect();
+    let mut warmed = std::collections::HashSet::new();
+    for &(_, arm, seed) in &cells {
+        if warmed.insert((arm.ffn == crate::model::FfnKind::Dense, seed))
+            && !opts.stop.load(Ordering::SeqCst)
+        {
+            let task = Task::new(spec.task.clone(), seed)?;
+            load_or_train(
+                &spec.model_config(arm)?,
+                &task,
+                &spec.coldstart,
+                seed,
+                &opts.device,
+                &opts.cache_dir,
+                opts.show_progress,
+            )?;
         }
     }
+
+    // Cells in parallel (`jobs` workers); each cell's numbers do not depend on the schedule.
+    let frames = Mutex::new(Frames::default());
+    let statuses: Mutex<Vec<Option<CellStatus>>> = Mutex::new(vec![None; cells.len()]);
+    let next = AtomicUsize::new(0);
+    let failed: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    let abort = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        for _ in 0..opts.jobs.max(1).min(cells.len()) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    if i >= cells.len() || abort.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let (regime, arm, seed) = cells[i];
+                    let result = if opts.stop.load(Ordering::SeqCst) {
+                        Ok(CellStatus {
+                            regime: regime.name.clone(),
+                            arm: arm.name.clone(),
+                            seed,
+                            status: "stopped".into(),
+                            steps_done: 0,
+                            coldstart_accuracy: f64::NAN,
+                            drift_sigma: None,
+                        })
+                    } else {
+                        run_cell(spec, regime, arm, seed, opts, &frames, &mp, &overall)
+                    };
+                    let flushed = result.and_then(|st| {
+                        let mut all = statuses.lock().expect("status lock");
+                        all[i] = Some(st);
+                        frames.lock().expect("frames lock").flush(&opts.out)?;
+                        let done: Vec<&CellStatus> = all.iter().flatten().collect();
+                        write_atomic(
+                            &opts.out.join("status.json"),
+                            serde_json::to_string_pretty(&done)?.as_bytes(),
+                        )
+                    });
+                    if let Err(e) = flushed {
+                        abort.store(true, Ordering::SeqCst);
+                        failed.lock().expect("error lock").get_or_insert(e);
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = failed.into_inner().expect("error lock") {
+        return Err(e);
+    }
+    let statuses: Vec<CellStatus> = statuses
+        .into_inner()
+        .expect("status lock")
+        .into_iter()
+        .flatten()
+        .collect();
     overall.finish_and_clear();
     Ok(statuses)
 }
@@ -218,7 +278,7 @@ fn run_cell(
     arm: &ArmSpec,
     seed: u64,
     opts: &RunOptions,
-    frames: &mut Frames,
+    frames: &Mutex<Frames>,
     mp: &MultiProgress,
     overall: &ProgressBar,
 ) -> Result<CellStatus> {
@@ -271,9 +331,8 @@ fn run_cell(
         let out = trainer.step();
         let eval = (step == 0 || (step + 1) % spec.eval_every == 0 || step + 1 == spec.steps)
             .then(|| greedy_eval(&trainer.model, &trainer.task));
-        frames
-            .steps
-            .push(step_row(&id, &out, eval, shape, spec.rl.group_size))?;
+        let step_r = step_row(&id, &out, eval, shape, spec.rl.group_size);
+        let (mut update_rs, mut layer_rs) = (Vec::new(), Vec::new());
         let mut signals = StepSignals {
             step,
             reward_mean: out.rewards.iter().map(|&r| f64::from(r)).sum::<f64>()
@@ -294,10 +353,8 @@ fn run_cell(
             .count();
         signals.mismatch_extreme_frac = rho_extreme as f64 / out.logp_old.len().max(1) as f64;
         for u in &out.updates {
-            frames.updates.push(update_row(&id, step, u, shape))?;
-            for r in layer_rows(&id, step, u, shape) {
-                frames.layers.push(r)?;
-            }
+            update_rs.push(update_row(&id, step, u, shape));
+            layer_rs.extend(layer_rows(&id, step, u, shape));
             signals.ratio_tok_max = signals
                 .ratio_tok_max
                 .max(u.stats.ratio_tok.iter().copied().fold(0.0, f32::max) as f64);
@@ -306,18 +363,33 @@ fn run_cell(
                 signals.grad_norms.push(f64::from(u.grad_norm));
             }
         }
-        for e in detector.observe(&signals) {
-            frames.events.push(event_row(&id, &e))?;
-        }
+        let event_rs: Vec<_> = detector
+            .observe(&signals)
+            .iter()
+            .map(|e| event_row(&id, e))
+            .collect();
         done = step + 1;
+        {
+            let mut f = frames.lock().expect("frames lock");
+            f.steps.push(step_r)?;
+            for r in update_rs {
+                f.updates.push(r)?;
+            }
+            for r in layer_rs {
+                f.layers.push(r)?;
+            }
+            for r in event_rs {
+                f.events.push(r)?;
+            }
+            if done % spec.flush_every == 0 {
+                f.flush(&opts.out)?;
+            }
+        }
         bar.set_message(format!("reward {:.3}", signals.reward_mean));
         bar.inc(1);
         overall.inc(1);
         if let Some(f) = &opts.on_step {
             f(&arm.name, seed, step);
-        }
-        if done % spec.flush_every == 0 {
-            frames.flush(&opts.out)?;
         }
         if detector.collapsed {
             status = "collapsed";
