@@ -231,6 +231,13 @@ fn three_steps_two_arms_two_seeds_write_readable_frames_and_a_report() {
     let md = std::fs::read_to_string(o.out.join("report.md")).unwrap();
     assert!(md.contains("| grpo_r2 |") && md.contains("plots/drift.png"));
     assert!(
+        md.contains("## Findings") && md.contains("**(d) GSPO clips far more tokens than GRPO**")
+    );
+    assert!(
+        md.contains("not measured (needs arms `grpo`, `grpo_r2`, `grpo_r3`)"),
+        "absent arms are said to be absent"
+    );
+    assert!(
         o.out.join("summary.csv").exists()
             && o.out.join("summary.json").exists()
             && o.out.join("config.json").exists()

@@ -1,6 +1,7 @@
 //! `driftlab report <dir>`: rebuilds the summary, every plot and `report.md` from the Parquet
 //! files alone (no training state).
 
+pub mod findings;
 pub mod plots;
 
 use crate::metrics::frames::{f64_col, i64_col, read_parquet, str_col, write_csv};
@@ -105,7 +106,7 @@ pub fn regimes(df: &DataFrame) -> Vec<String> {
 }
 
 /// Rows of `df` in one regime.
-fn filter_regime(df: &DataFrame, regime: &str) -> Result<DataFrame> {
+pub(crate) fn filter_regime(df: &DataFrame, regime: &str) -> Result<DataFrame> {
     let keep: Vec<bool> = str_col(df, "regime")?.iter().map(|r| r == regime).collect();
     let mask: polars::prelude::BooleanChunked = keep.into_iter().map(Some).collect();
     Ok(df.filter(&mask)?)
@@ -674,6 +675,8 @@ pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
         }
         writeln!(md)?;
     }
+    md.push_str(&findings::findings(&f)?);
+    writeln!(md)?;
     writeln!(md, "## Plots\n")?;
     for (regime, folder) in &plot_dirs {
         if plot_dirs.len() > 1 {
