@@ -202,6 +202,15 @@ fn per_step_series(df: &DataFrame, g: &Grouped, col: &str) -> Result<Vec<Series>
     Ok(out)
 }
 
+/// Per seed: mean of `col` over the rows of `arm` (label as in the summary).
+pub(crate) fn seed_means(df: &DataFrame, arm: &str, col: &str) -> Result<Vec<f64>> {
+    let g = group(df)?;
+    if !g.arms.iter().any(|a| a == arm) {
+        return Ok(Vec::new());
+    }
+    cell_means(df, &g, arm, col)
+}
+
 /// Per arm, per seed: mean of `col` over all of that cell's rows.
 fn cell_means(df: &DataFrame, g: &Grouped, arm: &str, col: &str) -> Result<Vec<f64>> {
     let v = f64_col(df, col)?;
@@ -683,7 +692,7 @@ pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
             writeln!(md, "### Regime `{regime}`\n")?;
         }
         for p in PLOTS {
-            writeln!(md, "![{p}]({folder}/{p}.png)\n")?;
+            writeln!(md, "![{p}]({folder}/{p}.svg)\n")?;
         }
     }
     crate::coldstart::write_atomic(&dir.join("report.md"), md.as_bytes())?;
