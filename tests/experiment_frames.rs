@@ -229,7 +229,7 @@ fn three_steps_two_arms_two_seeds_write_readable_frames_and_a_report() {
         }
     }
     let md = std::fs::read_to_string(o.out.join("report.md")).unwrap();
-    assert!(md.contains("| grpo_r2 |") && md.contains("plots/drift.png"));
+    assert!(md.contains("| grpo_r2 |") && md.contains("plots/drift.svg"));
     assert!(
         md.contains("## Findings") && md.contains("**(d) GSPO clips far more tokens than GRPO**")
     );
