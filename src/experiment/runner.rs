@@ -198,16 +198,7 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
         if warmed.insert((arm.ffn == crate::model::FfnKind::Dense, seed))
             && !opts.stop.load(Ordering::SeqCst)
         {
-            let task = Task::new(spec.task.clone(), seed)?;
-            load_or_train(
-                &spec.model_config(arm)?,
-                &task,
-                &spec.coldstart,
-                seed,
-                &opts.device,
-                &opts.cache_dir,
-                opts.show_progress,
-            )?;
+            cold_start(spec, arm, seed, opts)?;
         }
     }
 
@@ -271,17 +262,13 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
     Ok(statuses)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_cell(
+/// The arm's model configuration, the seed's task, and its (cached) cold start.
+fn cold_start(
     spec: &ExperimentSpec,
-    regime: &RegimeSpec,
     arm: &ArmSpec,
     seed: u64,
     opts: &RunOptions,
-    frames: &Mutex<Frames>,
-    mp: &MultiProgress,
-    overall: &ProgressBar,
-) -> Result<CellStatus> {
+) -> Result<(crate::model::ModelConfig, Task, crate::coldstart::ColdStart)> {
     let model_cfg = spec.model_config(arm)?;
     let task = Task::new(spec.task.clone(), seed)?;
     let cs = load_or_train(
@@ -293,6 +280,21 @@ fn run_cell(
         &opts.cache_dir,
         opts.show_progress,
     )?;
+    Ok((model_cfg, task, cs))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_cell(
+    spec: &ExperimentSpec,
+    regime: &RegimeSpec,
+    arm: &ArmSpec,
+    seed: u64,
+    opts: &RunOptions,
+    frames: &Mutex<Frames>,
+    mp: &MultiProgress,
+    overall: &ProgressBar,
+) -> Result<CellStatus> {
+    let (model_cfg, task, cs) = cold_start(spec, arm, seed, opts)?;
     let mut rl = regime.apply(&spec.rl);
     rl.algorithm = arm.algorithm.clone();
     rl.routing = arm.routing;

@@ -37,10 +37,19 @@ fn below(a: &MeanCi, b: &MeanCi) -> bool {
 
 /// Event kinds that mean training itself broke down (ratio explosions and gradient spikes are
 /// warning signs, reported separately).
-const COLLAPSE_KINDS: &[&str] = &["reward_collapse", "entropy_collapse", "non_finite", "expert_collapse"];
+const COLLAPSE_KINDS: &[&str] = &[
+    "reward_collapse",
+    "entropy_collapse",
+    "non_finite",
+    "expert_collapse",
+];
 
 fn collapses(a: &ArmSummary) -> usize {
-    a.collapses.iter().filter(|(k, _)| COLLAPSE_KINDS.contains(&k.as_str())).map(|(_, c)| c.0).sum()
+    a.collapses
+        .iter()
+        .filter(|(k, _)| COLLAPSE_KINDS.contains(&k.as_str()))
+        .map(|(_, c)| c.0)
+        .sum()
 }
 
 fn ratio_explosions(a: &ArmSummary) -> usize {
@@ -53,7 +62,10 @@ fn ratio_explosions(a: &ArmSummary) -> usize {
 fn separated(a: &[f64], b: &[f64]) -> bool {
     let a: Vec<f64> = a.iter().copied().filter(|x| x.is_finite()).collect();
     let b: Vec<f64> = b.iter().copied().filter(|x| x.is_finite()).collect();
-    a.len() >= 3 && b.len() >= 3 && a.iter().copied().fold(f64::NEG_INFINITY, f64::max) < b.iter().copied().fold(f64::INFINITY, f64::min)
+    a.len() >= 3
+        && b.len() >= 3
+        && a.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+            < b.iter().copied().fold(f64::INFINITY, f64::min)
 }
 
 /// Pearson correlation.
@@ -319,7 +331,7 @@ pub fn findings(f: &RunFrames) -> Result<String> {
         md,
         "\n**(f) Train–inference mismatch is larger for MoE than for the dense control, and R3 reduces its routing part** (R3 paper: k3 KL 1.5e-3 MoE vs 6.4e-4 dense, 7.5e-4 with R3).\n"
     )?;
-        for (r, s, sub) in &per {
+    for (r, s, sub) in &per {
         match (s.get("grpo"), s.get("dense"), s.get("grpo_r3")) {
             (Some(m), Some(d), Some(r3)) => {
                 let seeds = |arm: &str| super::seed_means(&sub.steps, arm, "mismatch_kl_k3");

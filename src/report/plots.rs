@@ -60,6 +60,15 @@ pub fn palette(i: usize) -> RGBColor {
     C[i % C.len()]
 }
 
+/// A y-axis title, marked when the axis is logarithmic.
+fn axis_label(label: &str, log: bool) -> String {
+    if log {
+        format!("{label} (log scale)")
+    } else {
+        label.to_string()
+    }
+}
+
 fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("plotting failed: {e:?}")
 }
@@ -168,11 +177,7 @@ impl Chart for LineChart {
                 format!("{v:.3}")
             }
         };
-        let y_label = if self.log_y {
-            format!("{} (log scale)", self.y_label)
-        } else {
-            self.y_label.clone()
-        };
+        let y_label = axis_label(&self.y_label, self.log_y);
         chart
             .configure_mesh()
             .x_desc(&self.x_label)
@@ -309,11 +314,7 @@ impl Chart for BarChart {
                 String::new()
             }
         };
-        let y_label = if self.log_y {
-            format!("{} (log scale)", self.y_label)
-        } else {
-            self.y_label.clone()
-        };
+        let y_label = axis_label(&self.y_label, self.log_y);
         chart
             .configure_mesh()
             .disable_x_mesh()
