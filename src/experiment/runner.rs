@@ -6,7 +6,9 @@ use crate::coldstart::{load_or_train, write_atomic};
 use crate::generate::Sampling;
 use crate::metrics::collapse::{CollapseDetector, StepSignals};
 use crate::metrics::frames::{Frame, write_parquet};
-use crate::metrics::rows::{CellId, Shape, Val, layer_rows, step_loads, step_row, update_row};
+use crate::metrics::rows::{
+    CellId, Shape, Val, layer_rows, mismatch_stats, step_loads, step_row, update_row,
+};
 use crate::rl::Trainer;
 use crate::task::Task;
 use anyhow::{Context, Result};
@@ -347,13 +349,7 @@ fn run_cell(
             },
             ..StepSignals::default()
         };
-        let rho_extreme = out
-            .logp_old
-            .iter()
-            .zip(&out.logp_mu)
-            .filter(|(o, m)| (*o - *m).abs() > std::f32::consts::LN_2)
-            .count();
-        signals.mismatch_extreme_frac = rho_extreme as f64 / out.logp_old.len().max(1) as f64;
+        signals.mismatch_extreme_frac = mismatch_stats(&out).1;
         for u in &out.updates {
             update_rs.push(update_row(&id, step, u, shape));
             layer_rs.extend(layer_rows(&id, step, u, shape));

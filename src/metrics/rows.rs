@@ -105,7 +105,7 @@ pub fn update_row(id: &CellId, step: usize, u: &UpdateRecord, shape: Shape) -> R
             if u.logp_ref.is_empty() {
                 Val::F(None)
             } else {
-                f(k3(&u.logp, &u.logp_ref))
+                f(k3(&u.stats.logp, &u.logp_ref))
             },
         ),
         ("grad_norm", f(f64::from(u.grad_norm))),
@@ -197,6 +197,22 @@ pub fn step_loads(out: &StepOutput, shape: Shape) -> Vec<Vec<f64>> {
         .collect()
 }
 
+/// Train–inference mismatch of a step: `(mismatch_kl_k3, mismatch_extreme_frac)`, with
+/// `ρ = exp(logp_old − logp_mu)`: mean of `ρ − 1 − ln ρ`, and the share of tokens with
+/// `max(ρ, 1/ρ) > 2`.
+pub fn mismatch_stats(out: &StepOutput) -> (f64, f64) {
+    let rho: Vec<f64> = out
+        .logp_old
+        .iter()
+        .zip(&out.logp_mu)
+        .map(|(o, m)| f64::from(o - m).exp())
+        .collect();
+    let n = rho.len().max(1) as f64;
+    let kl = rho.iter().map(|p| p - 1.0 - p.ln()).sum::<f64>() / n;
+    let extreme = rho.iter().filter(|&&p| p.max(1.0 / p) > 2.0).count() as f64 / n;
+    (kl, extreme)
+}
+
 /// Per-step metrics (DESIGN §7). `eval_accuracy` is null on steps without an evaluation.
 pub fn step_row(
     id: &CellId,
@@ -213,15 +229,7 @@ pub fn step_row(
         .filter(|g| g.iter().all(|&x| x == g[0]))
         .count();
     let n_groups = (out.rewards.len() / group_size).max(1);
-    let rho: Vec<f64> = out
-        .logp_old
-        .iter()
-        .zip(&out.logp_mu)
-        .map(|(o, m)| f64::from(o - m).exp())
-        .collect();
-    let mkl = rho.iter().map(|p| p - 1.0 - p.ln()).sum::<f64>() / rho.len().max(1) as f64;
-    let extreme =
-        rho.iter().filter(|&&p| p.max(1.0 / p) > 2.0).count() as f64 / rho.len().max(1) as f64;
+    let (mkl, extreme) = mismatch_stats(out);
     let routed: Vec<bool> = out
         .routes_rollout
         .first()

@@ -103,8 +103,8 @@ pub struct UpdateRecord {
     pub probs_after: Vec<Vec<f32>>,
     /// Real (non-padding) tokens of the minibatch layout.
     pub valid: Vec<bool>,
-    /// Per response token of the minibatch: log π_θ before the step, π_old, rollout engine, reference.
-    pub logp: Vec<f32>,
+    /// Per response token of the minibatch: log π_old, rollout engine, reference (log π_θ before
+    /// the step is `stats.logp`).
     pub logp_old: Vec<f32>,
     pub logp_mu: Vec<f32>,
     pub logp_ref: Vec<f32>,
@@ -344,7 +344,7 @@ impl Trainer {
                 group_size: cfg.group_size,
             };
             let (ploss, stats) = policy_loss(&cfg.algorithm, &pb, cfg.tis.as_ref());
-            let logp_now = pb.logp_host();
+
             let loss_aux = scalar(out.aux_loss.clone().inner());
             let loss_z = scalar(out.z_loss.clone().inner());
             let total = ploss + out.aux_loss * cfg.aux_coef as f32 + out.z_loss * cfg.z_coef as f32;
@@ -413,7 +413,6 @@ impl Trainer {
                 probs_before,
                 probs_after,
                 valid: mb.batch.valid.clone(),
-                logp: logp_now,
                 logp_old: pb.logp_old.clone(),
                 logp_mu: pb.logp_mu.clone(),
                 logp_ref: pb.logp_ref.clone().unwrap_or_default(),

@@ -65,6 +65,7 @@ pub fn loss(
     let mut stats = LossStats {
         ratio_tok,
         ratio_seq,
+        logp,
         kl_ref,
         tis_weight,
         ..LossStats::default()

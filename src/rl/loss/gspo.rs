@@ -43,6 +43,7 @@ fn stats(
         clip_seq: seq.iter().map(|&(l, h)| l || h).collect(),
         ratio_tok,
         ratio_seq,
+        logp,
         kl_ref: None,
         tis_weight,
     }

@@ -47,6 +47,7 @@ pub fn loss(
         clip_seq: vec![false; batch.n_resp()],
         ratio_tok,
         ratio_seq,
+        logp,
         kl_ref: None,
         tis_weight,
     };

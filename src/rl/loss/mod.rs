@@ -35,6 +35,8 @@ pub struct PolicyBatch {
 pub struct LossStats {
     /// Policy loss value (including the KL term when on).
     pub loss_policy: f32,
+    /// log π_θ of each token at the current parameters (host copy), `[n_tok]`.
+    pub logp: Vec<f32>,
     /// Token ratios `w = exp(logp − logp_old)`, `[n_tok]`.
     pub ratio_tok: Vec<f32>,
     /// Sequence ratios `s_i = exp(mean_t (logp − logp_old))`, `[R]`.
