@@ -6,6 +6,7 @@ pub mod cli;
 pub mod coldstart;
 pub mod device;
 pub mod experiment;
+pub mod fastmath;
 pub mod generate;
 pub mod learn;
 pub mod metrics;

@@ -58,3 +58,17 @@ pub fn log_softmax<const D: usize>(
     let shifted = x - m;
     shifted.clone() - shifted.exp().sum_dim(dim).log()
 }
+
+/// Whether `device` is the CPU backend, where host-side elementwise kernels beat a round trip
+/// through the backend (on a GPU they would force a transfer).
+pub fn is_host(device: &Device) -> bool {
+    #[cfg(feature = "flex")]
+    {
+        device.clone().inner() == Device::flex()
+    }
+    #[cfg(not(feature = "flex"))]
+    {
+        let _ = device;
+        false
+    }
+}

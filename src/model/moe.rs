@@ -76,11 +76,34 @@ pub fn swiglu(w: &SwiGlu, x: Tensor<2>) -> Tensor<2> {
 /// exactly `silu(a1) ⊙ a3` (the first term is exactly zero) and its gradients are the exact
 /// first derivatives. burn's own `silu` re-evaluates the sigmoid in the backward pass, and scalar
 /// `exp` dominated the MoE layer's time on CPU.
+///
+/// On the CPU backend the constants are computed on the host with [`crate::fastmath::sigmoid`]
+/// (vectorised; flex's `exp` is scalar libm); other devices use burn's sigmoid. Either way the
+/// no-graph value is computed with the same operations in the same order as the autodiff value,
+/// so a forward with and without autodiff gives bitwise-identical results on one device.
 pub fn silu_mul(a1: Tensor<2>, a3: Tensor<2>) -> Tensor<2> {
     use burn::tensor::activation::sigmoid;
-    if !a1.is_autodiff() && !a3.is_autodiff() {
-        // Same operations, in the same order, as the value of the autodiff branch below, so a
-        // forward with and without autodiff gives bitwise-identical results.
+    let autodiff = a1.is_autodiff() || a3.is_autodiff();
+    if crate::tensors::is_host(&a1.device()) {
+        let dims = a1.dims();
+        let device = a1.device().inner();
+        let x1 = to_vec(a1.clone().inner());
+        let x3 = to_vec(a3.clone().inner());
+        let n = x1.len();
+        if !autodiff {
+            let mut y = vec![0.0; n];
+            crate::fastmath::silu_mul(&x1, &x3, &mut y);
+            return floats(y, dims, &device);
+        }
+        let (mut c1, mut c3) = (vec![0.0; n], vec![0.0; n]);
+        crate::fastmath::silu_mul_consts(&x1, &x3, &mut c1, &mut c3);
+        let c1 = floats(c1, dims, &device).autodiff();
+        let c3 = floats(c3, dims, &device).autodiff();
+        let a1c = a1.clone().inner().autodiff();
+        return (a1 - a1c) * c1 + a3 * c3;
+    }
+    if !autodiff {
+        // Same operations, in the same order, as the value of the autodiff branch below.
         return a3 * (a1.clone() * sigmoid(a1));
     }
     let (a1c, a3c) = (a1.clone().inner(), a3.clone().inner());
