@@ -359,6 +359,109 @@ fn regimes_override_settings_and_get_their_own_plots() {
 }
 
 #[test]
+fn a_regime_can_run_a_subset_of_the_arms() {
+    use driftlab::experiment::RegimeSpec;
+    let mut s = spec(2);
+    s.regimes = vec![
+        RegimeSpec {
+            name: "all".into(),
+            ..RegimeSpec::default_regime()
+        },
+        RegimeSpec {
+            name: "one".into(),
+            arms: Some(vec!["gspo".into()]),
+            ..RegimeSpec::default_regime()
+        },
+    ];
+    s.validate().unwrap();
+    let cells: Vec<(String, String, u64)> = s
+        .cells()
+        .into_iter()
+        .map(|(r, a, seed)| (r.name, a.name, seed))
+        .collect();
+    let want: Vec<(String, String, u64)> = [
+        ("all", "grpo_r2", 0),
+        ("all", "grpo_r2", 1),
+        ("all", "gspo", 0),
+        ("all", "gspo", 1),
+        ("one", "gspo", 0),
+        ("one", "gspo", 1),
+    ]
+    .iter()
+    .map(|&(r, a, x)| (r.into(), a.into(), x))
+    .collect();
+    assert_eq!(cells, want);
+    // --arms narrows the regime's list too; a regime naming an unknown arm is an error.
+    let mut narrowed = s.clone();
+    narrowed.select_arms(&["grpo_r2".into()]).unwrap();
+    narrowed.validate().unwrap();
+    assert!(narrowed.cells().iter().all(|(r, _, _)| r.name == "all"));
+    s.regimes[1].arms = Some(vec!["gsp".into()]);
+    let e = format!("{:#}", s.validate().unwrap_err());
+    assert!(
+        e.contains("regime 'one'") && e.contains("unknown arm 'gsp'") && e.contains("gspo"),
+        "{e}"
+    );
+}
+
+/// Why `moe_drift` runs its dense control in the natural regime only: drift injection and
+/// router-logit noise act on router logits, which a dense model does not have, so its cells
+/// would repeat the natural ones bit for bit. This checks that they do.
+#[test]
+fn router_only_knobs_leave_a_dense_model_untouched() {
+    use driftlab::experiment::RegimeSpec;
+    use driftlab::metrics::frames::str_col;
+    use driftlab::model::FfnKind;
+    use driftlab::rl::Mismatch;
+    let mut s = spec(2);
+    s.seeds = vec![0];
+    s.rl.drift_injection = None;
+    s.arms = vec![ArmSpec {
+        name: "dense".into(),
+        algorithm: Algorithm::Grpo(GrpoConfig::default()),
+        routing: RoutingMode::Native,
+        ffn: FfnKind::Dense,
+    }];
+    s.regimes = vec![
+        RegimeSpec {
+            name: "natural".into(),
+            ..RegimeSpec::default_regime()
+        },
+        RegimeSpec {
+            name: "at_scale".into(),
+            drift_injection: Some(DriftInjection::Sigma { sigma: 2.0 }),
+            ..RegimeSpec::default_regime()
+        },
+        RegimeSpec {
+            name: "mismatch".into(),
+            mismatch: Some(Mismatch::RouterNoise { sigma: 2.0 }),
+            ..RegimeSpec::default_regime()
+        },
+    ];
+    let o = opts("dense-knobs");
+    run_experiment(&s, &o).unwrap();
+    let df = read_parquet(&o.out.join("updates.parquet")).unwrap();
+    let regime = str_col(&df, "regime").unwrap();
+    for col in ["loss_total", "ratio_tok_var", "grad_norm", "kl_old"] {
+        let v = f64_col(&df, col).unwrap();
+        let of = |r: &str| -> Vec<Option<f64>> {
+            (0..v.len())
+                .filter(|&i| regime[i] == r)
+                .map(|i| v[i])
+                .collect()
+        };
+        let natural = of("natural");
+        assert!(
+            natural.len() >= 4 && natural.iter().all(|x| x.is_some()),
+            "{col}"
+        );
+        assert_eq!(of("at_scale"), natural, "{col}");
+        assert_eq!(of("mismatch"), natural, "{col}");
+    }
+    let _ = std::fs::remove_dir_all(&o.out);
+}
+
+#[test]
 fn parallel_cells_give_the_same_numbers_as_serial_ones() {
     let run = |jobs: usize, tag: &str| {
         let mut o = opts(tag);

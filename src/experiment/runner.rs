@@ -177,7 +177,8 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
     } else {
         MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden())
     };
-    let total = (spec.regimes().len() * spec.arms.len() * spec.seeds.len() * spec.steps) as u64;
+    let cells = spec.cells();
+    let total = (cells.len() * spec.steps) as u64;
     let overall = mp.add(ProgressBar::new(total));
     overall.set_style(
         ProgressStyle::with_template("{prefix:>10} {bar:30} {pos}/{len} steps [{elapsed}<{eta}]")
@@ -186,21 +187,12 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
     overall.set_prefix(spec.name.clone());
 
     // Cold starts first, one at a time: cells of the same seed and FFN share one cached model.
-    let regimes = spec.regimes();
-    let cells: Vec<(&RegimeSpec, &ArmSpec, u64)> = regimes
-        .iter()
-        .flat_map(|r| {
-            spec.arms
-                .iter()
-                .flat_map(move |a| spec.seeds.iter().map(move |&s| (r, a, s)))
-        })
-        .collect();
     let mut warmed = std::collections::HashSet::new();
-    for &(_, arm, seed) in &cells {
+    for (_, arm, seed) in &cells {
         if warmed.insert((arm.ffn == crate::model::FfnKind::Dense, seed))
             && !opts.stop.load(Ordering::SeqCst)
         {
-            cold_start(spec, arm, seed, opts)?;
+            cold_start(spec, arm, *seed, opts)?;
         }
     }
 
@@ -218,7 +210,7 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
                     if i >= cells.len() || abort.load(Ordering::SeqCst) {
                         break;
                     }
-                    let (regime, arm, seed) = cells[i];
+                    let (regime, arm, seed) = (&cells[i].0, &cells[i].1, cells[i].2);
                     let result = if opts.stop.load(Ordering::SeqCst) {
                         Ok(CellStatus {
                             regime: regime.name.clone(),

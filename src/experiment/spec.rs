@@ -37,6 +37,9 @@ pub struct RegimeSpec {
     pub router_lr_mult: Option<f64>,
     pub lr: Option<f64>,
     pub minibatches: Option<usize>,
+    /// Only these arms run in this regime (default: every arm), e.g. a regime that exists for
+    /// one comparison need not repeat the others.
+    pub arms: Option<Vec<String>>,
 }
 
 impl RegimeSpec {
@@ -50,6 +53,7 @@ impl RegimeSpec {
             router_lr_mult: None,
             lr: None,
             minibatches: None,
+            arms: None,
         }
     }
 
@@ -175,6 +179,17 @@ impl ExperimentSpec {
             r.apply(&self.rl)
                 .validate()
                 .with_context(|| format!("regime '{}'", r.name))?;
+            let known: Vec<&str> = self.arms.iter().map(|a| a.name.as_str()).collect();
+            for n in r.arms.iter().flatten() {
+                if !known.contains(&n.as_str()) {
+                    bail!(
+                        "regime '{}', key 'arms': unknown arm '{n}'; allowed: {}{}",
+                        r.name,
+                        known.join(", "),
+                        suggest(n, &known)
+                    );
+                }
+            }
         }
         let mut names = std::collections::HashSet::new();
         for a in &self.arms {
@@ -238,6 +253,27 @@ impl ExperimentSpec {
             }
         }
         self.arms.retain(|a| names.contains(&a.name));
+        for r in &mut self.regimes {
+            if let Some(list) = &mut r.arms {
+                list.retain(|a| names.contains(a));
+            }
+        }
         Ok(())
+    }
+
+    /// Every (regime, arm, seed) cell of the run, regime-major, honouring each regime's arms.
+    pub fn cells(&self) -> Vec<(RegimeSpec, ArmSpec, u64)> {
+        let mut cells = Vec::new();
+        for r in self.regimes() {
+            for a in &self.arms {
+                if r.arms.as_ref().is_some_and(|l| !l.contains(&a.name)) {
+                    continue;
+                }
+                for &s in &self.seeds {
+                    cells.push((r.clone(), a.clone(), s));
+                }
+            }
+        }
+        cells
     }
 }

@@ -332,29 +332,45 @@ pub fn findings(f: &RunFrames) -> Result<String> {
         "\n**(f) Train–inference mismatch is larger for MoE than for the dense control, and R3 reduces its routing part** (R3 paper: k3 KL 1.5e-3 MoE vs 6.4e-4 dense, 7.5e-4 with R3).\n"
     )?;
     for (r, s, sub) in &per {
-        match (s.get("grpo"), s.get("dense"), s.get("grpo_r3")) {
-            (Some(m), Some(d), Some(r3)) => {
-                let seeds = |arm: &str| super::seed_means(&sub.steps, arm, "mismatch_kl_k3");
+        let Some(m) = s.get("grpo") else {
+            writeln!(md, "- {}: not measured (needs arm `grpo`).", name(r))?;
+            continue;
+        };
+        let seeds = |arm: &str| super::seed_means(&sub.steps, arm, "mismatch_kl_k3");
+        let mut line = format!(
+            "- {}: k3 KL per token `grpo` (MoE) {}; share of token-layer routes that differ {}.",
+            name(r),
+            ci(&m.mismatch_kl_k3),
+            ci(&m.mismatch_route_frac)
+        );
+        match s.get("dense") {
+            Some(d) => {
                 let larger = separated(&seeds("dense")?, &seeds("grpo")?);
-                let r3_less = separated(&seeds("grpo_r3")?, &seeds("grpo")?);
-                writeln!(
-                    md,
-                    "- {}: k3 KL per token `grpo` (MoE) {}, `dense` {}, `grpo_r3` {}; share of token-layer routes that differ `grpo` {}. MoE > dense: {}; R3 < native: {}.",
-                    name(r),
-                    ci(&m.mismatch_kl_k3),
+                write!(
+                    line,
+                    " `dense` {}: MoE > dense {}.",
                     ci(&d.mismatch_kl_k3),
+                    if larger { "holds" } else { "does not hold" }
+                )?;
+                if d.mismatch_kl_k3.mean < 1e-9 && m.mismatch_kl_k3.mean > 1e-6 {
+                    line.push_str(" The dense control's mismatch is at float-rounding level: this regime's mismatch does not reach a dense model (router-logit noise needs a router), so MoE > dense holds by construction here; the fair comparison is a regime whose mismatch both models share, such as bf16 rollouts.");
+                }
+            }
+            None => line.push_str(" MoE vs dense: not measured (no `dense` arm in this regime)."),
+        }
+        match s.get("grpo_r3") {
+            Some(r3) => {
+                let r3_less = separated(&seeds("grpo_r3")?, &seeds("grpo")?);
+                write!(
+                    line,
+                    " `grpo_r3` {}: R3 < native {}.",
                     ci(&r3.mismatch_kl_k3),
-                    ci(&m.mismatch_route_frac),
-                    if larger { "holds" } else { "does not hold" },
                     if r3_less { "holds" } else { "does not hold" }
                 )?;
             }
-            _ => writeln!(
-                md,
-                "- {}: not measured (needs arms `grpo`, `dense`, `grpo_r3`).",
-                name(r)
-            )?,
+            None => line.push_str(" R3: not measured (no `grpo_r3` arm in this regime)."),
         }
+        writeln!(md, "{line}")?;
     }
     Ok(md)
 }
