@@ -138,7 +138,7 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
         0,
         device,
         std::path::Path::new("results/.cache"),
-        true,
+        Some(&indicatif::MultiProgress::new()),
     )?;
     for probe in [false, true] {
         // Probe off and no reference model: the same work as a plain GRPO step (rollout,

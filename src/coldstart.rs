@@ -8,7 +8,7 @@ use crate::task::{EOS, Problem, Task, TaskConfig};
 use crate::util::{derive_seed, fnv1a64};
 use anyhow::{Context, Result};
 use burn::tensor::Device;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
@@ -183,7 +183,7 @@ pub fn train(
     cs: &ColdStartConfig,
     seed: u64,
     device: &Device,
-    show_progress: bool,
+    progress: Option<&MultiProgress>,
 ) -> Result<ColdStart> {
     cs.validate()?;
     let started = Instant::now();
@@ -195,15 +195,17 @@ pub fn train(
     };
     let mut opt = AdamW::new(opt_cfg, &model.weights);
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(derive_seed(seed, "coldstart-data"));
-    let bar = if show_progress {
-        ProgressBar::new(cs.max_steps as u64)
-    } else {
-        ProgressBar::hidden()
+    let bar = match progress {
+        Some(mp) => mp.add(ProgressBar::new(cs.max_steps as u64)),
+        None => ProgressBar::hidden(),
     };
     bar.set_style(
-        ProgressStyle::with_template("cold start {bar:30} {pos}/{len} {msg} [{elapsed}<{eta}]")
-            .expect("valid template"),
+        ProgressStyle::with_template(
+            "cold start {prefix} {bar:30} {pos}/{len} {msg} [{elapsed}<{eta}]",
+        )
+        .expect("valid template"),
     );
+    bar.set_prefix(format!("{:?} seed {seed}", model_cfg.ffn).to_lowercase());
     let mut losses = Vec::new();
     let mut accuracy = evaluate(&model, task, seed);
     let mut steps = 0;
@@ -260,7 +262,7 @@ pub fn load_or_train(
     seed: u64,
     device: &Device,
     cache_dir: &Path,
-    show_progress: bool,
+    progress: Option<&MultiProgress>,
 ) -> Result<ColdStart> {
     let key = cache_key(model_cfg, &task.cfg, cs, seed);
     let path = cache_path(cache_dir, &key);
@@ -290,7 +292,7 @@ pub fn load_or_train(
             ),
         }
     }
-    let cs_out = train(model_cfg, task, cs, seed, device, show_progress)?;
+    let cs_out = train(model_cfg, task, cs, seed, device, progress)?;
     std::fs::create_dir_all(cache_dir)
         .with_context(|| format!("creating cache dir {}", cache_dir.display()))?;
     let meta = CacheMeta {

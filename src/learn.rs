@@ -83,7 +83,7 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
             seed,
             device,
             &a.cache_dir,
-            true,
+            Some(&indicatif::MultiProgress::new()),
         )?;
         let mut cfg = RlConfig {
             algorithm: algorithm.clone(),

@@ -7,6 +7,7 @@ use crate::model::{FfnKind, ModelConfig};
 use crate::report::write_report;
 use crate::task::{Task, TaskConfig, TaskKind, Tokenizer};
 use anyhow::{Context, Result, bail};
+use indicatif::MultiProgress;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -94,9 +95,24 @@ pub fn run(cli: Cli) -> Result<()> {
             }
             let started = std::time::Instant::now();
             let out = if no_cache {
-                train(&model_cfg, &t, &cs, seed, &device, true)?
+                train(
+                    &model_cfg,
+                    &t,
+                    &cs,
+                    seed,
+                    &device,
+                    Some(&MultiProgress::new()),
+                )?
             } else {
-                load_or_train(&model_cfg, &t, &cs, seed, &device, &cache_dir, true)?
+                load_or_train(
+                    &model_cfg,
+                    &t,
+                    &cs,
+                    seed,
+                    &device,
+                    &cache_dir,
+                    Some(&MultiProgress::new()),
+                )?
             };
             println!(
                 "cold start {preset}/{task} seed {seed}: {} steps, eval accuracy sampled {:.3}, greedy {:.3}, {:.1}s{}",

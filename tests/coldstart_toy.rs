@@ -11,7 +11,7 @@ fn toy_sort_cold_start_reaches_the_band() {
     let cfg = ModelConfig::preset("toy", Tokenizer.vocab_size()).unwrap();
     let task = Task::new(TaskConfig::default(), 0).unwrap();
     let cs = ColdStartConfig::default();
-    let out = train(&cfg, &task, &cs, 0, &flex(), false).unwrap();
+    let out = train(&cfg, &task, &cs, 0, &flex(), None).unwrap();
     let acc = out.accuracy.sampled;
     assert!(
         out.steps < cs.max_steps,

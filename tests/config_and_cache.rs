@@ -100,8 +100,8 @@ fn short_cs() -> ColdStartConfig {
 #[test]
 fn cold_start_is_deterministic_on_flex() {
     let task = sort_task(0);
-    let a = train(&tiny_cfg(), &task, &short_cs(), 11, &flex(), false).unwrap();
-    let b = train(&tiny_cfg(), &task, &short_cs(), 11, &flex(), false).unwrap();
+    let a = train(&tiny_cfg(), &task, &short_cs(), 11, &flex(), None).unwrap();
+    let b = train(&tiny_cfg(), &task, &short_cs(), 11, &flex(), None).unwrap();
     assert_eq!(a.losses.len(), 6);
     assert_eq!(a.losses, b.losses, "same seed, same losses");
     assert_eq!(
@@ -115,7 +115,7 @@ fn cold_start_is_deterministic_on_flex() {
         "the supervised loss goes down: {:?}",
         a.losses
     );
-    let c = train(&tiny_cfg(), &task, &short_cs(), 12, &flex(), false).unwrap();
+    let c = train(&tiny_cfg(), &task, &short_cs(), 12, &flex(), None).unwrap();
     assert_ne!(a.losses, c.losses, "another seed gives another run");
 }
 
@@ -125,9 +125,9 @@ fn cache_is_reused_and_a_corrupt_file_is_rebuilt() {
     let _ = std::fs::remove_dir_all(&dir);
     let task = sort_task(0);
     let cs = short_cs();
-    let first = load_or_train(&tiny_cfg(), &task, &cs, 5, &flex(), &dir, false).unwrap();
+    let first = load_or_train(&tiny_cfg(), &task, &cs, 5, &flex(), &dir, None).unwrap();
     assert!(!first.from_cache);
-    let second = load_or_train(&tiny_cfg(), &task, &cs, 5, &flex(), &dir, false).unwrap();
+    let second = load_or_train(&tiny_cfg(), &task, &cs, 5, &flex(), &dir, None).unwrap();
     assert!(second.from_cache);
     assert_eq!(
         second.model.weights.to_host(),
@@ -141,7 +141,7 @@ fn cache_is_reused_and_a_corrupt_file_is_rebuilt() {
     let path = cache_path(&dir, &cache_key(&tiny_cfg(), &task.cfg, &cs, 5));
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() - 10]).unwrap();
-    let third = load_or_train(&tiny_cfg(), &task, &cs, 5, &flex(), &dir, false).unwrap();
+    let third = load_or_train(&tiny_cfg(), &task, &cs, 5, &flex(), &dir, None).unwrap();
     assert!(!third.from_cache, "a truncated cache file is rebuilt");
     assert_eq!(
         third.model.weights.to_host(),

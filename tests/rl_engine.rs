@@ -47,7 +47,7 @@ fn warm_tiny() -> Model {
             eval_every: 25,
             ..ColdStartConfig::default()
         };
-        let out = train(&tiny_cfg(), &short_sort(), &cs, 0, &flex(), false).unwrap();
+        let out = train(&tiny_cfg(), &short_sort(), &cs, 0, &flex(), None).unwrap();
         assert!(
             out.accuracy.sampled >= 0.2,
             "tiny warm start reached {:?}",

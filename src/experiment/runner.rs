@@ -186,14 +186,38 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
     );
     overall.set_prefix(spec.name.clone());
 
-    // Cold starts first, one at a time: cells of the same seed and FFN share one cached model.
-    let mut warmed = std::collections::HashSet::new();
+    // Cold starts first, `jobs` at a time: cells of the same seed and FFN share one cached
+    // model, and each cold start is deterministic whichever worker trains it.
+    let mut keys = Vec::new();
     for (_, arm, seed) in &cells {
-        if warmed.insert((arm.ffn == crate::model::FfnKind::Dense, seed))
-            && !opts.stop.load(Ordering::SeqCst)
-        {
-            cold_start(spec, arm, *seed, opts)?;
+        let key = (arm.ffn == crate::model::FfnKind::Dense, *seed);
+        if !keys.iter().any(|(k, _, _)| *k == key) {
+            keys.push((key, arm, *seed));
         }
+    }
+    let next = AtomicUsize::new(0);
+    let failed: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..opts.jobs.max(1).min(keys.len()) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    if i >= keys.len()
+                        || opts.stop.load(Ordering::SeqCst)
+                        || failed.lock().expect("error lock").is_some()
+                    {
+                        break;
+                    }
+                    if let Err(e) = cold_start(spec, keys[i].1, keys[i].2, opts, &mp) {
+                        failed.lock().expect("error lock").get_or_insert(e);
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = failed.into_inner().expect("error lock") {
+        return Err(e);
     }
 
     // Cells in parallel (`jobs` workers); each cell's numbers do not depend on the schedule.
@@ -262,6 +286,7 @@ fn cold_start(
     arm: &ArmSpec,
     seed: u64,
     opts: &RunOptions,
+    mp: &MultiProgress,
 ) -> Result<(crate::model::ModelConfig, Task, crate::coldstart::ColdStart)> {
     let model_cfg = spec.model_config(arm)?;
     let task = Task::new(spec.task.clone(), seed)?;
@@ -272,7 +297,7 @@ fn cold_start(
         seed,
         &opts.device,
         &opts.cache_dir,
-        opts.show_progress,
+        Some(mp),
     )?;
     Ok((model_cfg, task, cs))
 }
@@ -288,7 +313,7 @@ fn run_cell(
     mp: &MultiProgress,
     overall: &ProgressBar,
 ) -> Result<CellStatus> {
-    let (model_cfg, task, cs) = cold_start(spec, arm, seed, opts)?;
+    let (model_cfg, task, cs) = cold_start(spec, arm, seed, opts, mp)?;
     let mut rl = regime.apply(&spec.rl);
     rl.algorithm = arm.algorithm.clone();
     rl.routing = arm.routing;
