@@ -56,6 +56,17 @@ fn ratio_explosions(a: &ArmSummary) -> usize {
     a.collapses.get("ratio_explosion").map_or(0, |c| c.0)
 }
 
+/// Every cell of `a` had a ratio explosion and no cell of the `others` did, with at least 3
+/// cells per arm: the most extreme table of a one-sided Fisher exact test against each other
+/// arm, p = 1/C(2n, n) ≤ 0.05.
+fn warned_alone(a: &ArmSummary, others: &[&ArmSummary]) -> bool {
+    a.seeds >= 3
+        && ratio_explosions(a) == a.seeds
+        && others
+            .iter()
+            .all(|o| o.seeds >= 3 && ratio_explosions(o) == 0)
+}
+
 /// Every seed of `a` below every seed of `b`, with at least 3 seeds each: an exact one-sided
 /// Mann–Whitney test at p = 1/C(n_a + n_b, n_a) ≤ 0.05. Used for positive, heavy-tailed
 /// quantities (KLs) whose t-intervals straddle zero.
@@ -227,6 +238,8 @@ pub fn findings(f: &RunFrames) -> Result<String> {
                     ratio_explosions(r3),
                     if worse {
                         "Holds here."
+                    } else if warned_alone(g, &[r2, r3]) {
+                        "Partly: rewards and collapses cannot be told apart, but every `grpo` cell had a token-ratio explosion and no `grpo_r2` or `grpo_r3` cell did (exact one-sided test, p = 1/C(2n, n) ≤ 0.05 with n ≥ 3 seeds per arm)."
                     } else {
                         "Does not hold here: the arms cannot be told apart."
                     }
@@ -373,4 +386,51 @@ pub fn findings(f: &RunFrames) -> Result<String> {
         writeln!(md, "{line}")?;
     }
     Ok(md)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arm(seeds: usize, explosions: usize) -> ArmSummary {
+        let m = mean_ci(&[]);
+        let mut collapses = BTreeMap::new();
+        if explosions > 0 {
+            collapses.insert("ratio_explosion".to_string(), (explosions, 3));
+        }
+        ArmSummary {
+            arm: "a".into(),
+            algorithm: "grpo".into(),
+            routing: "native".into(),
+            seeds,
+            final_reward: m,
+            final_eval: m,
+            steps_to_target: m,
+            reached: 0,
+            drift_expert_frac: m,
+            drift_since_rollout_frac: m,
+            clip_frac_tok: m,
+            ratio_tok_var: m,
+            ratio_seq_var: m,
+            mismatch_kl_k3: m,
+            mismatch_route_frac: m,
+            collapses,
+        }
+    }
+
+    #[test]
+    fn ratio_explosions_count_only_when_all_against_none() {
+        assert!(warned_alone(&arm(3, 3), &[&arm(3, 0), &arm(3, 0)]));
+        assert!(!warned_alone(&arm(3, 2), &[&arm(3, 0)]));
+        assert!(!warned_alone(&arm(3, 3), &[&arm(3, 1)]));
+        // Two seeds per arm cannot reach p ≤ 0.05 (1/C(4, 2) = 1/6).
+        assert!(!warned_alone(&arm(2, 2), &[&arm(2, 0)]));
+    }
+
+    #[test]
+    fn separated_needs_every_seed_beyond_every_other() {
+        assert!(separated(&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]));
+        assert!(!separated(&[1.0, 2.0, 5.0], &[4.0, 5.0, 6.0]));
+        assert!(!separated(&[1.0, 2.0], &[4.0, 5.0]));
+    }
 }
