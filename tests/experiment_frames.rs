@@ -352,6 +352,15 @@ fn regimes_override_settings_and_get_their_own_plots() {
     for r in ["natural", "mismatch"] {
         assert!(o.out.join("plots").join(r).join("reward.png").exists());
     }
+    let md = std::fs::read_to_string(o.out.join("report.md")).unwrap();
+    assert!(
+        md.contains("## Regimes")
+            && md.contains("| natural | none | all |")
+            && md.contains(
+                r#"| mismatch | `mismatch = {"kind":"router_noise","sigma":1.0}` | all |"#
+            ),
+        "{md}"
+    );
     let mut s2 = s.clone();
     let e = format!("{:#}", s2.select_regimes(&["at_scal".into()]).unwrap_err());
     assert!(e.contains("allowed: natural, mismatch"), "{e}");
@@ -491,4 +500,41 @@ fn parallel_cells_give_the_same_numbers_as_serial_ones() {
         rows
     };
     assert_eq!(run(1, "serial"), run(2, "parallel"));
+}
+
+/// Every event of a run is counted under its own `regime/arm` in the summary, also when only
+/// some regimes had events (the committed default run: events in `at_scale` only).
+#[test]
+fn the_summary_counts_every_event_under_its_regime() {
+    use driftlab::metrics::frames::str_col;
+    use driftlab::report::{load_frames, summarize};
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results/moe_drift");
+    let f = load_frames(&dir).unwrap();
+    let (regime, arm, kind, seed) = (
+        str_col(&f.events, "regime").unwrap(),
+        str_col(&f.events, "arm").unwrap(),
+        str_col(&f.events, "kind").unwrap(),
+        i64_col(&f.events, "seed").unwrap(),
+    );
+    assert!(!kind.is_empty(), "the committed run has events");
+    let sums = summarize(&f).unwrap();
+    let mut cells = std::collections::BTreeMap::new();
+    for i in 0..kind.len() {
+        let cell = (format!("{}/{}", regime[i], arm[i]), kind[i].clone());
+        cells
+            .entry(cell)
+            .or_insert_with(std::collections::BTreeSet::new)
+            .insert(seed[i]);
+    }
+    for ((label, k), seeds) in &cells {
+        let a = sums
+            .iter()
+            .find(|a| &a.arm == label)
+            .unwrap_or_else(|| panic!("no summary row {label}"));
+        assert_eq!(
+            a.collapses.get(k).map(|c| c.0),
+            Some(seeds.len()),
+            "{label} {k}"
+        );
+    }
 }

@@ -112,11 +112,12 @@ pub(crate) fn filter_regime(df: &DataFrame, regime: &str) -> Result<DataFrame> {
     Ok(df.filter(&mask)?)
 }
 
-/// Arm labels: `regime/arm` when a run holds several regimes, else the arm name.
-fn arm_labels(df: &DataFrame) -> Result<Vec<String>> {
+/// Arm labels: `regime/arm` when the run (`multi`) holds several regimes, else the arm name.
+/// Decided per run, not per frame: a frame may hold rows of only some regimes (events).
+fn arm_labels(df: &DataFrame, multi: bool) -> Result<Vec<String>> {
     let arm = str_col(df, "arm")?;
     match str_col(df, "regime") {
-        Ok(reg) if regimes(df).len() > 1 => Ok(reg
+        Ok(reg) if multi => Ok(reg
             .iter()
             .zip(&arm)
             .map(|(r, a)| format!("{r}/{a}"))
@@ -125,8 +126,13 @@ fn arm_labels(df: &DataFrame) -> Result<Vec<String>> {
     }
 }
 
-fn group(df: &DataFrame) -> Result<Grouped> {
-    let arm = arm_labels(df)?;
+/// Whether the run behind `f` holds several regimes.
+fn multi_regime(f: &RunFrames) -> bool {
+    regimes(&f.steps).len() > 1
+}
+
+fn group(df: &DataFrame, multi: bool) -> Result<Grouped> {
+    let arm = arm_labels(df, multi)?;
     let alg = str_col(df, "algorithm")?;
     let rt = str_col(df, "routing")?;
     let seed = i64_col(df, "seed")?;
@@ -204,7 +210,7 @@ fn per_step_series(df: &DataFrame, g: &Grouped, col: &str) -> Result<Vec<Series>
 
 /// Per seed: mean of `col` over the rows of `arm` (label as in the summary).
 pub(crate) fn seed_means(df: &DataFrame, arm: &str, col: &str) -> Result<Vec<f64>> {
-    let g = group(df)?;
+    let g = group(df, regimes(df).len() > 1)?;
     if !g.arms.iter().any(|a| a == arm) {
         return Ok(Vec::new());
     }
@@ -249,11 +255,11 @@ pub fn load_frames(dir: &Path) -> Result<RunFrames> {
 }
 
 pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
-    let g = group(&f.steps)?;
-    let gu = group(&f.updates)?;
+    let g = group(&f.steps, multi_regime(f))?;
+    let gu = group(&f.updates, multi_regime(f))?;
     let reward = f64_col(&f.steps, "reward_mean")?;
     let eval = f64_col(&f.steps, "eval_accuracy")?;
-    let ev_arm = arm_labels(&f.events)?;
+    let ev_arm = arm_labels(&f.events, multi_regime(f))?;
     let ev_seed = i64_col(&f.events, "seed")?;
     let ev_kind = str_col(&f.events, "kind")?;
     let ev_step = i64_col(&f.events, "step")?;
@@ -440,10 +446,10 @@ fn make_plots(dir: &Path, f: &RunFrames) -> Result<Vec<(String, String)>> {
 fn make_plots_in(pdir: &Path, f: &RunFrames) -> Result<()> {
     let pdir = pdir.to_path_buf();
     std::fs::create_dir_all(&pdir).with_context(|| format!("creating {}", pdir.display()))?;
-    let g = group(&f.steps)?;
+    let g = group(&f.steps, multi_regime(f))?;
     // Collapse markers at the reward of the arm mean at that step.
     let reward_series = per_step_series(&f.steps, &g, "reward_mean")?;
-    let ev_arm = arm_labels(&f.events)?;
+    let ev_arm = arm_labels(&f.events, multi_regime(f))?;
     let ev_step = i64_col(&f.events, "step")?;
     let markers = (0..f.events.height())
         .filter_map(|i| {
@@ -478,7 +484,7 @@ fn make_plots_in(pdir: &Path, f: &RunFrames) -> Result<()> {
     }
     .save(&pdir, "eval_accuracy")?;
 
-    let gu = group(&f.updates)?;
+    let gu = group(&f.updates, multi_regime(f))?;
     let bars: Vec<(String, f64, Option<(f64, f64)>)> = gu
         .arms
         .iter()
@@ -515,7 +521,7 @@ fn make_plots_in(pdir: &Path, f: &RunFrames) -> Result<()> {
 
     // Drift per layer: x = layer, one line per arm.
     let layer_series = if f.layers.height() > 0 {
-        let gl = group(&f.layers)?;
+        let gl = group(&f.layers, multi_regime(f))?;
         let layer = i64_col(&f.layers, "layer")?;
         let v = f64_col(&f.layers, "drift_expert_frac")?;
         gl.arms
@@ -614,6 +620,57 @@ fn make_plots_in(pdir: &Path, f: &RunFrames) -> Result<()> {
 }
 
 /// Rebuild `summary.csv`, `summary.json`, `plots/` and `report.md` in `dir` from its Parquet files.
+/// The regimes of the run as `config.json` records them: name, overrides, arms, description.
+/// Empty when the run has no config (frames copied alone) or names no regimes.
+fn regimes_section(dir: &Path) -> String {
+    let Ok(text) = std::fs::read_to_string(dir.join("config.json")) else {
+        return String::new();
+    };
+    let Ok(cfg) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return String::new();
+    };
+    let Some(regs) = cfg["spec"]["regimes"].as_array().filter(|r| !r.is_empty()) else {
+        return String::new();
+    };
+    let mut md = String::from(
+        "## Regimes\n\n| regime | overrides | arms | what it is |\n|---|---|---|---|\n",
+    );
+    for r in regs {
+        let overrides: Vec<String> = [
+            "drift_injection",
+            "mismatch",
+            "router_lr_mult",
+            "lr",
+            "minibatches",
+        ]
+        .iter()
+        .filter(|k| !r[**k].is_null())
+        .map(|k| format!("`{k} = {}`", r[*k]))
+        .collect();
+        let arms = match r["arms"].as_array() {
+            Some(a) => a
+                .iter()
+                .filter_map(|x| x.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            None => "all".into(),
+        };
+        md.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            r["name"].as_str().unwrap_or("?"),
+            if overrides.is_empty() {
+                "none".into()
+            } else {
+                overrides.join(", ")
+            },
+            arms,
+            r["description"].as_str().unwrap_or("")
+        ));
+    }
+    md.push('\n');
+    md
+}
+
 pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
     let f = load_frames(dir).with_context(|| {
         format!(
@@ -640,6 +697,7 @@ pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
         f.events.height(),
         steps.iter().max().copied().unwrap_or(0)
     )?;
+    md.push_str(&regimes_section(dir));
     writeln!(md, "## Summary per arm (mean ± 95% CI over seeds)\n")?;
     writeln!(
         md,
