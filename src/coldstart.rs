@@ -15,8 +15,9 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// Bump when the training procedure changes, so stale caches are not reused.
-const COLDSTART_VERSION: u32 = 1;
+/// Bump when the training procedure or its numerics change, so stale caches are not reused.
+/// 2: the CPU backend's SwiGLU sigmoid and attention exp are computed on the host.
+const COLDSTART_VERSION: u32 = 2;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -142,7 +142,7 @@ pub fn attention(
     }
     let scores = q.matmul(k.swap_dims(2, 3)) * (1.0 / (hd as f32).sqrt()) + mask.additive.clone(); // [B, H, S, KV]
     let m = scores.clone().detach().max_dim(3);
-    let e = (scores - m).exp() * mask.keep.clone();
+    let e = crate::tensors::exp(scores - m) * mask.keep.clone();
     let ctx = (e.clone() / e.sum_dim(3)).matmul(v); // [B, H, S, hd]
     ctx.swap_dims(1, 2).reshape([n, d]).matmul(w.wo.clone())
 }
