@@ -110,7 +110,11 @@ mod tests {
         // Same value with and without autodiff, within 4 ulp of libm's.
         assert_eq!(to_vec(y.clone().inner()), plain);
         for (a, b) in plain.iter().zip(&v) {
-            assert!((a - b.exp()).abs() <= 4.0 * f32::EPSILON * b.exp(), "{a} vs {}", b.exp());
+            assert!(
+                (a - b.exp()).abs() <= 4.0 * f32::EPSILON * b.exp(),
+                "{a} vs {}",
+                b.exp()
+            );
         }
         // d/dx Σ w ⊙ e^x = w ⊙ e^x.
         let w: Vec<f32> = (0..24).map(|i| 1.0 + i as f32 * 0.1).collect();
