@@ -195,81 +195,40 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
             keys.push((key, arm, *seed));
         }
     }
-    let next = AtomicUsize::new(0);
-    let failed: Mutex<Option<anyhow::Error>> = Mutex::new(None);
-    std::thread::scope(|scope| {
-        for _ in 0..opts.jobs.max(1).min(keys.len()) {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::SeqCst);
-                    if i >= keys.len()
-                        || opts.stop.load(Ordering::SeqCst)
-                        || failed.lock().expect("error lock").is_some()
-                    {
-                        break;
-                    }
-                    if let Err(e) = cold_start(spec, keys[i].1, keys[i].2, opts, &mp) {
-                        failed.lock().expect("error lock").get_or_insert(e);
-                        break;
-                    }
-                }
-            });
+    parallel(keys.len(), opts.jobs, |i| {
+        if opts.stop.load(Ordering::SeqCst) {
+            return Ok(());
         }
-    });
-    if let Some(e) = failed.into_inner().expect("error lock") {
-        return Err(e);
-    }
+        cold_start(spec, keys[i].1, keys[i].2, opts, &mp).map(|_| ())
+    })?;
 
     // Cells in parallel (`jobs` workers); each cell's numbers do not depend on the schedule.
     let frames = Mutex::new(Frames::default());
     let statuses: Mutex<Vec<Option<CellStatus>>> = Mutex::new(vec![None; cells.len()]);
-    let next = AtomicUsize::new(0);
-    let failed: Mutex<Option<anyhow::Error>> = Mutex::new(None);
-    let abort = AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        for _ in 0..opts.jobs.max(1).min(cells.len()) {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::SeqCst);
-                    if i >= cells.len() || abort.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let (regime, arm, seed) = (&cells[i].0, &cells[i].1, cells[i].2);
-                    let result = if opts.stop.load(Ordering::SeqCst) {
-                        Ok(CellStatus {
-                            regime: regime.name.clone(),
-                            arm: arm.name.clone(),
-                            seed,
-                            status: "stopped".into(),
-                            steps_done: 0,
-                            coldstart_accuracy: f64::NAN,
-                            drift_sigma: None,
-                        })
-                    } else {
-                        run_cell(spec, regime, arm, seed, opts, &frames, &mp, &overall)
-                    };
-                    let flushed = result.and_then(|st| {
-                        let mut all = statuses.lock().expect("status lock");
-                        all[i] = Some(st);
-                        frames.lock().expect("frames lock").flush(&opts.out)?;
-                        let done: Vec<&CellStatus> = all.iter().flatten().collect();
-                        write_atomic(
-                            &opts.out.join("status.json"),
-                            serde_json::to_string_pretty(&done)?.as_bytes(),
-                        )
-                    });
-                    if let Err(e) = flushed {
-                        abort.store(true, Ordering::SeqCst);
-                        failed.lock().expect("error lock").get_or_insert(e);
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    if let Some(e) = failed.into_inner().expect("error lock") {
-        return Err(e);
-    }
+    parallel(cells.len(), opts.jobs, |i| {
+        let (regime, arm, seed) = (&cells[i].0, &cells[i].1, cells[i].2);
+        let st = if opts.stop.load(Ordering::SeqCst) {
+            CellStatus {
+                regime: regime.name.clone(),
+                arm: arm.name.clone(),
+                seed,
+                status: "stopped".into(),
+                steps_done: 0,
+                coldstart_accuracy: f64::NAN,
+                drift_sigma: None,
+            }
+        } else {
+            run_cell(spec, regime, arm, seed, opts, &frames, &mp, &overall)?
+        };
+        let mut all = statuses.lock().expect("status lock");
+        all[i] = Some(st);
+        frames.lock().expect("frames lock").flush(&opts.out)?;
+        let done: Vec<&CellStatus> = all.iter().flatten().collect();
+        write_atomic(
+            &opts.out.join("status.json"),
+            serde_json::to_string_pretty(&done)?.as_bytes(),
+        )
+    })?;
     let statuses: Vec<CellStatus> = statuses
         .into_inner()
         .expect("status lock")
@@ -281,6 +240,35 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
 }
 
 /// The arm's model configuration, the seed's task, and its (cached) cold start.
+/// `work(0..n)` on `jobs` threads, each taking the next index; the first error stops further
+/// pickups and is returned once the running items end.
+fn parallel(n: usize, jobs: usize, work: impl Fn(usize) -> Result<()> + Sync) -> Result<()> {
+    let next = AtomicUsize::new(0);
+    let failed: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    let abort = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1).min(n) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    if i >= n || abort.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    if let Err(e) = work(i) {
+                        abort.store(true, Ordering::SeqCst);
+                        failed.lock().expect("error lock").get_or_insert(e);
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    match failed.into_inner().expect("error lock") {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
 fn cold_start(
     spec: &ExperimentSpec,
     arm: &ArmSpec,
