@@ -133,6 +133,22 @@ pub fn generate(
     rng: &mut Xoshiro256PlusPlus,
     routing_for: &mut dyn FnMut(usize) -> ForwardOptions<'static>,
 ) -> Generation {
+    generate_sharded(model, prompts, s, rng, routing_for, 1)
+}
+
+/// [`generate`] with the rows split into `shards` contiguous shards, each with its own KV cache
+/// and forward, run in parallel when the thread pool has more than one thread. Tokens are still
+/// sampled on this thread, row by row in order from `rng`, so the random stream is the one of
+/// an unsharded run; `routing_for` is called once per shard and forward, in shard order. The
+/// numbers do not depend on the thread count.
+pub fn generate_sharded(
+    model: &Model,
+    prompts: &[Vec<u32>],
+    s: &Sampling,
+    rng: &mut Xoshiro256PlusPlus,
+    routing_for: &mut dyn FnMut(usize) -> ForwardOptions<'static>,
+    shards: usize,
+) -> Generation {
     let b = prompts.len();
     let v = model.cfg.vocab_size;
     let k = model.cfg.top_k;
@@ -144,6 +160,11 @@ pub fn generate(
         s.max_new,
         model.cfg.max_seq_len
     );
+    let n_sh = shards.clamp(1, b.max(1));
+    let bounds: Vec<std::ops::Range<usize>> = (0..n_sh)
+        .map(|i| i * b / n_sh..(i + 1) * b / n_sh)
+        .collect();
+    let mut caches: Vec<Vec<LayerCache>> = (0..n_sh).map(|_| Vec::new()).collect();
 
     // Routes recorded as (row, position) → k ids, per layer; assembled into the layout at the end.
     let mut step_routes: Vec<Vec<(usize, usize, Vec<u16>)>> = Vec::new();
@@ -164,24 +185,42 @@ pub fn generate(
     };
 
     // Prefill.
-    let mut cache: Vec<LayerCache> = Vec::new();
-    let prefill = SeqBatch {
-        batch: b,
-        seq: pw,
-        tokens: ptok.clone(),
-        valid: pvalid.clone(),
-    };
-    let opts = routing_for(b * pw);
-    let out = model.forward_at(&prefill, 0, &pvalid, &opts, Some(&mut cache));
-    let rows: Vec<usize> = (0..b).flat_map(|r| std::iter::repeat_n(r, pw)).collect();
-    let positions: Vec<usize> = (0..b).flat_map(|_| 0..pw).collect();
-    record(&out.traces, &rows, &positions, &pvalid);
-    let mut last = to_vec(
-        out.logits
-            .reshape([b, pw, v])
-            .slice([0..b, pw - 1..pw, 0..v])
-            .reshape([b, v]),
-    );
+    let opts: Vec<ForwardOptions<'static>> =
+        bounds.iter().map(|r| routing_for(r.len() * pw)).collect();
+    let outs = crate::util::par_map_mut(&mut caches, |i, cache| {
+        let r = bounds[i].clone();
+        let n = r.len();
+        let valid = pvalid[r.start * pw..r.end * pw].to_vec();
+        let prefill = SeqBatch {
+            batch: n,
+            seq: pw,
+            tokens: ptok[r.start * pw..r.end * pw].to_vec(),
+            valid: valid.clone(),
+        };
+        let out = model.forward_at(&prefill, 0, &valid, &opts[i], Some(cache));
+        let last = to_vec(
+            out.logits
+                .reshape([n, pw, v])
+                .slice([0..n, pw - 1..pw, 0..v])
+                .reshape([n, v]),
+        );
+        (last, out.traces)
+    });
+    let mut last = Vec::with_capacity(b * v);
+    for (r, (l, traces)) in bounds.iter().zip(outs) {
+        let rows: Vec<usize> = r
+            .clone()
+            .flat_map(|row| std::iter::repeat_n(row, pw))
+            .collect();
+        let positions: Vec<usize> = r.clone().flat_map(|_| 0..pw).collect();
+        record(
+            &traces,
+            &rows,
+            &positions,
+            &pvalid[r.start * pw..r.end * pw],
+        );
+        last.extend(l);
+    }
 
     let mut key_valid: Vec<Vec<bool>> = (0..b)
         .map(|r| pvalid[r * pw..(r + 1) * pw].to_vec())
@@ -212,18 +251,26 @@ pub fn generate(
         for r in 0..b {
             key_valid[r].push(active[r]);
         }
-        let kv_flat: Vec<bool> = key_valid.iter().flatten().copied().collect();
-        let batch = SeqBatch {
-            batch: b,
-            seq: 1,
-            tokens: next,
-            valid: active.clone(),
-        };
-        let opts = routing_for(b);
-        let out = model.forward_at(&batch, pos, &kv_flat, &opts, Some(&mut cache));
-        let rows: Vec<usize> = (0..b).collect();
-        record(&out.traces, &rows, &vec![pos; b], &active);
-        last = to_vec(out.logits);
+        let opts: Vec<ForwardOptions<'static>> =
+            bounds.iter().map(|r| routing_for(r.len())).collect();
+        let outs = crate::util::par_map_mut(&mut caches, |i, cache| {
+            let r = bounds[i].clone();
+            let kv_flat: Vec<bool> = key_valid[r.clone()].iter().flatten().copied().collect();
+            let batch = SeqBatch {
+                batch: r.len(),
+                seq: 1,
+                tokens: next[r.clone()].to_vec(),
+                valid: active[r].to_vec(),
+            };
+            let out = model.forward_at(&batch, pos, &kv_flat, &opts[i], Some(cache));
+            (to_vec(out.logits), out.traces)
+        });
+        last.clear();
+        for (r, (l, traces)) in bounds.iter().zip(outs) {
+            let rows: Vec<usize> = r.clone().collect();
+            record(&traces, &rows, &vec![pos; r.len()], &active[r.clone()]);
+            last.extend(l);
+        }
     }
 
     let (batch, _) = layout(prompts, &responses);

@@ -55,3 +55,40 @@ mod tests {
         assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
     }
 }
+
+/// `f(0), …, f(n − 1)` in order, on the rayon pool when it has more than one thread, else one
+/// after the other on this thread. Each call must be independent of the others, so the results
+/// never depend on the thread count.
+pub fn par_map<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync + Send) -> Vec<T> {
+    use rayon::prelude::*;
+    if n > 1 && rayon::current_num_threads() > 1 {
+        (0..n).into_par_iter().map(f).collect()
+    } else {
+        (0..n).map(f).collect()
+    }
+}
+
+/// `f(i, &mut items[i])` for every item, in order, like [`par_map`].
+pub fn par_map_mut<S: Send, T: Send>(
+    items: &mut [S],
+    f: impl Fn(usize, &mut S) -> T + Sync + Send,
+) -> Vec<T> {
+    use rayon::prelude::*;
+    if items.len() > 1 && rayon::current_num_threads() > 1 {
+        items
+            .par_iter_mut()
+            .enumerate()
+            .map(|(i, s)| f(i, s))
+            .collect()
+    } else {
+        items.iter_mut().enumerate().map(|(i, s)| f(i, s)).collect()
+    }
+}
+
+/// The largest divisor of `n` that is at most `max` (at least 1).
+pub fn largest_divisor_at_most(n: usize, max: usize) -> usize {
+    (1..=max.min(n).max(1))
+        .rev()
+        .find(|d| n % d == 0)
+        .unwrap_or(1)
+}

@@ -347,3 +347,89 @@ fn a_non_finite_loss_skips_the_update_and_never_poisons_the_weights() {
         "training resumes once the loss is finite"
     );
 }
+
+/// Two steps of a trainer on a rayon pool of `threads` threads.
+fn steps_on(cfg: RlConfig, threads: usize) -> Vec<driftlab::rl::StepOutput> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    pool.install(|| {
+        let mut t = trainer(cfg, 5);
+        (0..2).map(|_| t.step()).collect()
+    })
+}
+
+#[test]
+fn micro_batches_and_rollout_shards_give_the_same_numbers_on_one_thread_or_two() {
+    let mut noisy = tiny_rl(Algorithm::Grpo(GrpoConfig::default()), RoutingMode::R3);
+    noisy.mismatch = Mismatch::RouterNoise { sigma: 0.1 };
+    let mut drifting = tiny_rl(Algorithm::Gspo(Default::default()), RoutingMode::R2);
+    drifting.drift_injection = Some(DriftInjection::Sigma { sigma: 0.5 });
+    for cfg in [noisy, drifting] {
+        assert_eq!((cfg.micro_per_minibatch(), cfg.rollout_shards), (2, 2));
+        let (a, b) = (steps_on(cfg.clone(), 1), steps_on(cfg, 2));
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(x.rewards, y.rewards);
+            assert_eq!(x.logp_mu, y.logp_mu);
+            assert_eq!(x.logp_old, y.logp_old);
+            assert_eq!(x.routes_rollout, y.routes_rollout);
+            for (u, v) in x.updates.iter().zip(&y.updates) {
+                assert_eq!(u.stats, v.stats);
+                assert_eq!(
+                    (u.loss_total, u.grad_norm, &u.routes_after, &u.probs_after),
+                    (v.loss_total, v.grad_norm, &v.routes_after, &v.probs_after)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn micro_batches_and_rollout_shards_change_rounding_only() {
+    // Load-balancing and z-loss on, at a weight where they move the total and the gradient.
+    let mut base = tiny_rl(Algorithm::Grpo(GrpoConfig::default()), RoutingMode::Native);
+    (base.aux_coef, base.z_coef) = (0.1, 0.01);
+    let run = |micro: usize, shards: usize| {
+        let mut cfg = base.clone();
+        cfg.micro_batches = micro;
+        cfg.rollout_shards = shards;
+        trainer(cfg, 6).step()
+    };
+    let whole = run(1, 1);
+    for (micro, shards) in [(2, 1), (1, 2), (2, 2)] {
+        let o = run(micro, shards);
+        let what = format!("micro_batches {micro}, rollout_shards {shards}");
+        assert_eq!(o.rewards, whole.rewards, "{what}: same samples");
+        let near = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-5);
+        assert!(near(&o.logp_mu, &whole.logp_mu), "{what}");
+        assert!(near(&o.logp_old, &whole.logp_old), "{what}");
+        for (u, v) in o.updates.iter().zip(&whole.updates) {
+            assert!(near(&u.stats.logp, &v.stats.logp), "{what}");
+            assert!(
+                (u.loss_aux - v.loss_aux).abs() <= 1e-5,
+                "{what}: aux {} vs {}",
+                u.loss_aux,
+                v.loss_aux
+            );
+            assert!(
+                (u.loss_z - v.loss_z).abs() <= 1e-4,
+                "{what}: z {} vs {}",
+                u.loss_z,
+                v.loss_z
+            );
+            assert!(
+                (u.loss_total - v.loss_total).abs() <= 1e-5,
+                "{what}: {} vs {}",
+                u.loss_total,
+                v.loss_total
+            );
+            assert!(
+                (u.grad_norm - v.grad_norm).abs() <= 1e-4 * v.grad_norm.max(1e-3),
+                "{what}: grad norm {} vs {}",
+                u.grad_norm,
+                v.grad_norm
+            );
+        }
+    }
+}

@@ -325,3 +325,126 @@ fn gvpo_gradient_at_old_policy_is_scaled_reinforce() {
         "{g_gvpo:?} vs {want:?}"
     );
 }
+
+/// A minibatch of two groups of G = 2 (lengths 2, 1, 3, 2) and its two micro-batches of one
+/// group each, with their own leaves.
+fn split_case() -> (Vec<f32>, Vec<usize>, Vec<f32>) {
+    let logp = vec![-0.31f32, -1.02, -0.55, -0.18, -0.92, -0.4, -1.3, -0.07];
+    let lens = vec![2usize, 1, 3, 2];
+    let rewards = vec![1.0f32, 0.0, 0.2, 0.9];
+    (logp, lens, rewards)
+}
+
+fn policy_batch(
+    logp: &[f32],
+    lens: &[usize],
+    rewards: &[f32],
+    tok0: usize,
+) -> (PolicyBatch, Tensor<1>) {
+    let n = logp.len();
+    let leaf = floats(logp.to_vec(), [n], &flex())
+        .autodiff()
+        .require_grad();
+    let seg: Vec<usize> = lens
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &l)| std::iter::repeat_n(i, l))
+        .collect();
+    // Per-token constants that differ from logp, and between tokens, so ratios, TIS weights
+    // and the KL are all non-trivial.
+    let at = |t: usize, a: f32, b: f32| a + b * ((t + tok0) as f32 * 0.7).sin();
+    let b = PolicyBatch {
+        logp: leaf.clone(),
+        logp_old: (0..n).map(|t| logp[t] + at(t, 0.0, 0.15)).collect(),
+        logp_mu: (0..n).map(|t| logp[t] + at(t, 0.05, 0.1)).collect(),
+        logp_ref: Some((0..n).map(|t| logp[t] + at(t, -0.1, 0.2)).collect()),
+        adv: advantages(rewards, 2, AdvantageMode::MeanStd),
+        rewards: rewards.to_vec(),
+        seg,
+        lens: lens.to_vec(),
+        group_size: 2,
+    };
+    (b, leaf)
+}
+
+#[test]
+fn micro_batch_losses_add_up_to_the_minibatch_loss_and_gradient() {
+    use driftlab::rl::loss::{LossStats, micro_share};
+    let (logp, lens, rewards) = split_case();
+    let wide = GspoConfig {
+        eps_low: 0.2,
+        eps_high: 0.27,
+    };
+    let algs = [
+        Algorithm::Grpo(GrpoConfig {
+            kl_beta: 0.1,
+            ..GrpoConfig::default()
+        }),
+        Algorithm::Grpo(GrpoConfig {
+            kl_beta: 0.1,
+            aggregation: Aggregation::TokenMean,
+            ..GrpoConfig::default()
+        }),
+        Algorithm::Gspo(wide.clone()),
+        Algorithm::GspoToken(wide),
+        Algorithm::Gvpo(GvpoConfig::default()),
+    ];
+    for alg in algs {
+        for tis in [None, Some(TisConfig { cap: 1.05 })] {
+            let (full, leaf) = policy_batch(&logp, &lens, &rewards, 0);
+            let (loss, st) = policy_loss(&alg, &full, tis.as_ref());
+            let l_full = to_vec(loss.clone().inner())[0];
+            let g_full = grad(loss, &leaf);
+            // Micro-batches: group 0 = responses 0, 1 (tokens 0..3), group 1 = tokens 3..8.
+            let mut l_sum = 0.0;
+            let mut g_cat = Vec::new();
+            let mut parts = Vec::new();
+            for (resp, toks) in [(0..2, 0..3), (2..4, 3..8)] {
+                let (mut part, pleaf) = policy_batch(
+                    &logp[toks.clone()],
+                    &lens[resp.clone()],
+                    &rewards[resp.clone()],
+                    toks.start,
+                );
+                // The micro-batch sees the minibatch's own constants and advantages.
+                part.logp_old = full.logp_old[toks.clone()].to_vec();
+                part.logp_mu = full.logp_mu[toks.clone()].to_vec();
+                part.logp_ref = full.logp_ref.as_ref().map(|r| r[toks.clone()].to_vec());
+                part.adv = full.adv[resp].to_vec();
+                let share = micro_share(&alg, &part, 4, 8);
+                let (l, s) = policy_loss(&alg, &part, tis.as_ref());
+                l_sum += share * to_vec(l.clone().inner())[0];
+                g_cat.extend(grad(l * share, &pleaf));
+                parts.push((s, share));
+            }
+            let what = format!("{alg:?} tis {tis:?}");
+            assert!(
+                l_full.abs() > 1e-4,
+                "{what}: a loss worth comparing ({l_full})"
+            );
+            assert!(close(l_sum, l_full, 1e-6), "{what}: {l_sum} vs {l_full}");
+            assert!(
+                g_full.iter().any(|g| g.abs() > 1e-3),
+                "{what}: some gradient flows {g_full:?}"
+            );
+            assert!(
+                g_cat.iter().zip(&g_full).all(|(a, b)| close(*a, *b, 1e-6)),
+                "{what}: {g_cat:?} vs {g_full:?}"
+            );
+            let merged = LossStats::concat(parts);
+            assert!(close(merged.loss_policy, st.loss_policy, 1e-6), "{what}");
+            assert_eq!(merged.ratio_tok, st.ratio_tok, "{what}");
+            assert_eq!(merged.ratio_seq, st.ratio_seq, "{what}");
+            assert_eq!(
+                (merged.clip_low, merged.clip_high, merged.clip_seq),
+                (st.clip_low, st.clip_high, st.clip_seq),
+                "{what}"
+            );
+            assert_eq!(merged.tis_weight, st.tis_weight, "{what}");
+            match (merged.kl_ref, st.kl_ref) {
+                (Some(a), Some(b)) => assert!(close(a, b, 1e-6), "{what}: kl {a} vs {b}"),
+                (a, b) => assert_eq!(a, b, "{what}"),
+            }
+        }
+    }
+}

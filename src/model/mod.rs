@@ -52,6 +52,8 @@ pub struct ForwardOutput {
     pub traces: Vec<crate::model::RoutingTrace>,
     /// Mean over layers of the load-balancing loss (`[1]`).
     pub aux_loss: Tensor<1>,
+    /// Its pieces, one per MoE layer (see [`aux_loss_of_parts`]).
+    pub load: Vec<moe::LoadTerms>,
     /// Mean over layers of the router z-loss (`[1]`).
     pub z_loss: Tensor<1>,
 }
@@ -141,6 +143,7 @@ impl Model {
         let mut traces = Vec::new();
         let mut aux = Vec::new();
         let mut z = Vec::new();
+        let mut load = Vec::new();
         if let Some(c) = cache.as_deref_mut() {
             c.resize_with(cfg.n_layers, LayerCache::default);
         }
@@ -156,6 +159,7 @@ impl Model {
                     traces.push(o.trace);
                     aux.push(o.aux_loss);
                     z.push(o.z_loss);
+                    load.push(o.load);
                     o.out
                 }
                 FfnWeights::Dense(sw) => moe::swiglu(sw, h),
@@ -164,21 +168,68 @@ impl Model {
         }
         let x = rms_norm(x, &self.weights.final_norm);
         let logits = x.matmul(self.weights.head.clone());
-        let mean = |v: Vec<Tensor<1>>| {
-            if v.is_empty() {
-                Tensor::zeros([1], &device)
-            } else {
-                let n = v.len() as f32;
-                Tensor::cat(v, 0).sum() / n
-            }
-        };
         ForwardOutput {
             logits,
             traces,
-            aux_loss: mean(aux),
-            z_loss: mean(z),
+            aux_loss: layer_mean(aux, &device),
+            z_loss: layer_mean(z, &device),
+            load,
         }
     }
+}
+
+/// Mean of per-layer scalars (`[1]` each); zero without layers.
+fn layer_mean(v: Vec<Tensor<1>>, device: &Device) -> Tensor<1> {
+    if v.is_empty() {
+        Tensor::zeros([1], device)
+    } else {
+        let n = v.len() as f32;
+        Tensor::cat(v, 0).sum() / n
+    }
+}
+
+/// The load-balancing losses of the parts of a batch processed in parts (micro-batches):
+/// `parts[j]` is part `j`'s [`ForwardOutput::load`]. The routed-slot fractions `f_e` are those
+/// of the whole batch, so the returned losses add up to the whole batch's `aux_loss` (up to
+/// rounding), and a single part gets exactly its own `aux_loss`.
+pub fn aux_loss_of_parts(
+    parts: &[&[moe::LoadTerms]],
+    top_k: usize,
+    device: &Device,
+) -> Vec<Tensor<1>> {
+    let n_layers = parts.first().map_or(0, |p| p.len());
+    let whole: Vec<(Vec<f32>, usize)> = (0..n_layers)
+        .map(|l| {
+            let mut counts = vec![0f32; parts[0][l].counts.len()];
+            let mut n = 0;
+            for p in parts {
+                counts
+                    .iter_mut()
+                    .zip(&p[l].counts)
+                    .for_each(|(a, b)| *a += b);
+                n += p[l].n_active;
+            }
+            let denom = (n * top_k) as f32;
+            (counts.into_iter().map(|c| c / denom).collect(), n)
+        })
+        .collect();
+    parts
+        .iter()
+        .map(|p| {
+            let per_layer: Vec<Tensor<1>> = p
+                .iter()
+                .zip(&whole)
+                .map(|(t, (f, n))| {
+                    if *n == 0 {
+                        Tensor::zeros([1], device)
+                    } else {
+                        moe::load_balance_part(t.p_sum.clone(), f, *n)
+                    }
+                })
+                .collect();
+            layer_mean(per_layer, device)
+        })
+        .collect()
 }
 
 /// Log-probabilities of `targets` under `softmax(logits / temperature)`: `[rows]`.

@@ -43,8 +43,33 @@ pub struct MoeOutput {
     pub trace: RoutingTrace,
     /// Switch load-balancing loss `n_experts · Σ_e f_e · P_e` (scalar, `[1]`).
     pub aux_loss: Tensor<1>,
+    /// The pieces of `aux_loss`, for batches processed in parts ([`load_balance_part`]).
+    pub load: LoadTerms,
     /// Router z-loss `mean(logsumexp(z)²)` (scalar, `[1]`).
     pub z_loss: Tensor<1>,
+}
+
+/// The pieces of one layer's load-balancing loss over a batch: a batch split into parts (micro-
+/// batches) adds up its parts' `counts` and `n_active` to get the whole batch's `f_e`, then each
+/// part contributes [`load_balance_part`] with its own `p_sum`.
+#[derive(Clone, Debug)]
+pub struct LoadTerms {
+    /// Σ over active tokens of the live router probabilities, `[1, n_experts]` (with graph).
+    pub p_sum: Tensor<2>,
+    /// Native routed slots per expert over active tokens.
+    pub counts: Vec<f32>,
+    pub n_active: usize,
+}
+
+/// `n_experts · Σ_e f_e · P_e` restricted to one part of a batch: `P_e` sums the part's
+/// probabilities (`p_sum`) over the whole batch's `n_active` tokens, `f` is the whole batch's
+/// routed-slot fraction. The parts' values add up to the whole batch's loss; for a single part
+/// this is exactly the loss [`moe_forward`] returns.
+pub fn load_balance_part(p_sum: Tensor<2>, f: &[f32], n_active: usize) -> Tensor<1> {
+    let e_n = f.len();
+    let device = p_sum.device();
+    let p_mean = p_sum / n_active as f32; // [1, E]
+    (p_mean * floats(f.to_vec(), [1, e_n], &device)).sum() * e_n as f32
 }
 
 /// Native top-k of each row of `probs` (`[tokens, n_experts]`): descending probability, ties to
@@ -223,24 +248,28 @@ pub fn moe_forward(
 
     // Load balance over active tokens: f_e from the native choice (constant), P_e from live probs.
     let n_active = active.iter().filter(|&&a| a).count();
-    let (aux_loss, z_loss) = if n_active == 0 {
-        (Tensor::zeros([1], &device), Tensor::zeros([1], &device))
-    } else {
-        let mut f = vec![0f32; e_n];
-        for tok in (0..t).filter(|&i| active[i]) {
-            for j in 0..k {
-                f[native[tok * k + j] as usize] += 1.0;
-            }
+    let mut counts = vec![0f32; e_n];
+    for tok in (0..t).filter(|&i| active[i]) {
+        for j in 0..k {
+            counts[native[tok * k + j] as usize] += 1.0;
         }
+    }
+    let (aux_loss, z_loss, p_sum) = if n_active == 0 {
+        (
+            Tensor::zeros([1], &device),
+            Tensor::zeros([1], &device),
+            Tensor::zeros([1, e_n], &device),
+        )
+    } else {
         let denom = (n_active * k) as f32;
-        f.iter_mut().for_each(|v| *v /= denom);
+        let f: Vec<f32> = counts.iter().map(|v| v / denom).collect();
         let mask = active_mask(active, &device); // [T, 1]
-        let p_mean = (probs.clone() * mask.clone()).sum_dim(0) / n_active as f32; // [1, E]
-        let aux = (p_mean * floats(f, [1, e_n], &device)).sum() * e_n as f32;
+        let p_sum = (probs.clone() * mask.clone()).sum_dim(0); // [1, E]
+        let aux = load_balance_part(p_sum.clone(), &f, n_active);
         let m = logits.clone().detach().max_dim(1); // [T, 1]
         let lse = (logits - m.clone()).exp().sum_dim(1).log() + m; // [T, 1]
         let z = (lse.powi_scalar(2) * mask).sum() / n_active as f32;
-        (aux, z)
+        (aux, z, p_sum)
     };
 
     MoeOutput {
@@ -253,6 +282,11 @@ pub fn moe_forward(
             probs: want_probs.then_some(probs_host),
         },
         aux_loss,
+        load: LoadTerms {
+            p_sum,
+            counts,
+            n_active,
+        },
         z_loss,
     }
 }

@@ -238,6 +238,19 @@ pub struct RlConfig {
     pub group_size: usize,
     /// Minibatches (optimizer steps) per rollout batch (N); must divide B.
     pub minibatches: usize,
+    /// Micro-batches per minibatch (at most; the largest divisor of the prompt groups per
+    /// minibatch not above it is used). Each micro-batch of whole prompt groups runs its own
+    /// forward, loss and backward; their losses are weighted so they sum to the minibatch loss,
+    /// their gradients are summed and the minibatch still takes one AdamW step. The π_old
+    /// recompute, the reference and the drift probe use the same micro-batches, and the rollout
+    /// engine has its own `rollout_shards`. Micro-batches run in parallel when the thread pool
+    /// has more than one thread; the numbers do not depend on the thread count. The
+    /// load-balancing loss is computed per micro-batch (as with gradient accumulation).
+    pub micro_batches: usize,
+    /// The rollout engine generates its B·G rows in this many contiguous shards, each with its
+    /// own KV cache, in parallel when the thread pool has more than one thread. Tokens are
+    /// sampled in row order from one random stream either way.
+    pub rollout_shards: usize,
     pub temperature: f32,
     pub mismatch: Mismatch,
     pub advantage: AdvantageMode,
@@ -264,6 +277,8 @@ impl Default for RlConfig {
             batch_prompts: 16,
             group_size: 8,
             minibatches: 4,
+            micro_batches: 2,
+            rollout_shards: 2,
             temperature: 1.0,
             mismatch: Mismatch::None,
             advantage: AdvantageMode::MeanStd,
@@ -280,6 +295,14 @@ impl Default for RlConfig {
 }
 
 impl RlConfig {
+    /// Micro-batches each minibatch is split into (see [`RlConfig::micro_batches`]).
+    pub fn micro_per_minibatch(&self) -> usize {
+        crate::util::largest_divisor_at_most(
+            self.batch_prompts / self.minibatches.max(1),
+            self.micro_batches,
+        )
+    }
+
     pub fn validate(&self) -> Result<()> {
         self.algorithm.validate()?;
         self.optimizer.validate()?;
@@ -303,6 +326,10 @@ impl RlConfig {
                     .collect::<Vec<_>>()
             );
         }
+        ensure!(
+            self.micro_batches >= 1 && self.rollout_shards >= 1,
+            "micro_batches and rollout_shards must be at least 1"
+        );
         ensure!(
             self.temperature > 0.0 && self.temperature.is_finite(),
             "temperature must be > 0"

@@ -2,7 +2,7 @@
 //! device, with an optional numerical mismatch that only this engine sees.
 
 use super::config::{Mismatch, RlConfig};
-use crate::generate::{Generation, Sampling, generate};
+use crate::generate::{Generation, Sampling, generate_sharded};
 use crate::model::{ForwardOptions, LayerRouting, Model, bf16_round};
 use crate::task::{Problem, Task};
 use crate::tensors::floats;
@@ -93,7 +93,14 @@ pub fn rollout(
             round_bf16,
         }
     };
-    let generation = generate(&model, &prompts, &s, sample_rng, &mut options);
+    let generation = generate_sharded(
+        &model,
+        &prompts,
+        &s,
+        sample_rng,
+        &mut options,
+        cfg.rollout_shards,
+    );
     let g = cfg.group_size;
     let rewards = generation
         .responses

@@ -5,7 +5,7 @@
 use super::advantage::advantages;
 use super::config::{DriftInjection, RlConfig, RoutingMode};
 use super::drift::{DriftWalk, calibrate_sigma};
-use super::loss::{LossStats, PolicyBatch, policy_loss};
+use super::loss::{LossStats, PolicyBatch, micro_share, policy_loss};
 use super::rollout::{Rollout, rollout};
 use crate::model::{ForwardOptions, LayerRouting, Model, SeqBatch, token_logp};
 use crate::optim::AdamW;
@@ -13,6 +13,7 @@ use crate::task::Task;
 use crate::tensors::{ints, scalar, to_vec};
 use crate::util::derive_seed;
 use anyhow::{Result, bail};
+use burn::tensor::Tensor;
 use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
 use std::time::Instant;
@@ -226,59 +227,61 @@ impl Trainer {
         let t_rollout = started.elapsed().as_secs_f64();
         let started = Instant::now();
         let adv = advantages(&ro.rewards, cfg.group_size, cfg.advantage);
+        let n_micro = cfg.micro_per_minibatch();
         let mbs = minibatches(&ro, cfg.group_size, cfg.minibatches);
+        // Micro-batch `j` of minibatch `m` is `micros[m * n_micro + j]`.
+        let micros = minibatches(&ro, cfg.group_size, cfg.minibatches * n_micro);
         let logp_mu: Vec<f32> = ro.generation.logp.iter().flatten().copied().collect();
         let k = self.model.cfg.top_k;
+        let n_layers = self.model.cfg.n_layers;
         let tok_per_row = ro.generation.batch.seq;
-        let layout_rows = |routes: &[Vec<u16>], mb: &Minibatch, width: usize| -> Vec<Vec<u16>> {
-            routes
-                .iter()
-                .map(|r| {
-                    r[mb.rows.start * tok_per_row * width..mb.rows.end * tok_per_row * width]
-                        .to_vec()
-                })
-                .collect()
-        };
-        let rollout_routes: Vec<Vec<Vec<u16>>> = mbs
+        let token_range = |mb: &Minibatch| mb.rows.start * tok_per_row..mb.rows.end * tok_per_row;
+        let rollout_routes: Vec<Vec<Vec<u16>>> = micros
             .iter()
-            .map(|mb| layout_rows(&ro.generation.routes, mb, k))
+            .map(|mb| {
+                let r = token_range(mb);
+                ro.generation
+                    .routes
+                    .iter()
+                    .map(|l| l[r.start * k..r.end * k].to_vec())
+                    .collect()
+            })
             .collect();
 
-        // π_old: one no-graph recompute per minibatch, before the first update, in exactly the
+        // π_old: one no-graph recompute per micro-batch, before the first update, in exactly the
         // layout and routing the updates will use, so minibatch 1 is exactly on-policy.
         let inner = self.model.inner();
         let temp = cfg.temperature;
-        let mut logp_old = Vec::with_capacity(logp_mu.len());
-        let mut routes_old: Vec<Vec<Vec<u16>>> = Vec::new();
-        let mut probs_old: Vec<Vec<Vec<f32>>> = Vec::new();
-        let mut logp_ref: Vec<Option<Vec<f32>>> = Vec::new();
-        let mut ent_sum = 0f64;
-        for (m, mb) in mbs.iter().enumerate() {
-            let forced = (cfg.routing == RoutingMode::R3).then(|| rollout_routes[m].as_slice());
+        let old: Vec<OldPass> = crate::util::par_map(micros.len(), |i| {
+            let mb = &micros[i];
+            let forced = (cfg.routing == RoutingMode::R3).then(|| rollout_routes[i].as_slice());
             let out = inner.forward(&mb.batch, &self.routing(forced, None));
             let device = out.logits.device();
-            let picked = out
-                .logits
-                .select(0, ints(&mb.logit_rows, [mb.logit_rows.len()], &device));
+            let rows = || ints(&mb.logit_rows, [mb.logit_rows.len()], &device);
+            let picked = out.logits.select(0, rows());
             let host = to_vec(picked.clone());
-            ent_sum += entropy_sum(&host, self.model.cfg.vocab_size, temp);
-            logp_old.extend(to_vec(token_logp(picked, &mb.targets, temp)));
-            routes_old.push(out.traces.iter().map(|t| t.native.clone()).collect());
-            probs_old.push(
-                out.traces
+            OldPass {
+                entropy_sum: entropy_sum(&host, self.model.cfg.vocab_size, temp),
+                logp: to_vec(token_logp(picked, &mb.targets, temp)),
+                routes: out.traces.iter().map(|t| t.native.clone()).collect(),
+                probs: out
+                    .traces
                     .into_iter()
                     .map(|t| t.probs.unwrap_or_default())
                     .collect(),
-            );
-            logp_ref.push(self.reference.as_ref().map(|r| {
-                let o = r.forward(&mb.batch, &ForwardOptions::default());
-                let p = o
-                    .logits
-                    .select(0, ints(&mb.logit_rows, [mb.logit_rows.len()], &device));
-                to_vec(token_logp(p, &mb.targets, temp))
-            }));
-        }
+                logp_ref: self.reference.as_ref().map(|r| {
+                    let o = r.forward(&mb.batch, &ForwardOptions::default());
+                    to_vec(token_logp(o.logits.select(0, rows()), &mb.targets, temp))
+                }),
+            }
+        });
+        let logp_old: Vec<f32> = old.iter().flat_map(|o| o.logp.iter().copied()).collect();
+        let ent_sum: f64 = old.iter().map(|o| o.entropy_sum).sum();
         let entropy = (ent_sum / logp_old.len().max(1) as f64) as f32;
+        let routes_old: Vec<Vec<Vec<u16>>> = old
+            .chunks(n_micro)
+            .map(|c| concat_layers(c.iter().map(|o| &o.routes), n_layers))
+            .collect();
 
         // Drift injection: σ resolved once per cell; the walk restarts with each rollout batch.
         if let Some(DriftInjection::TargetExpertFrac { target }) = cfg.drift_injection
@@ -286,9 +289,7 @@ impl Trainer {
             && self.model.cfg.is_moe()
         {
             let valid: Vec<bool> = mbs.iter().flat_map(|mb| mb.batch.valid.clone()).collect();
-            let probs: Vec<Vec<f32>> = (0..self.model.cfg.n_layers)
-                .map(|l| probs_old.iter().flat_map(|p| p[l].clone()).collect())
-                .collect();
+            let probs = concat_layers(old.iter().map(|o| &o.probs), n_layers);
             self.drift_sigma = Some(calibrate_sigma(
                 &probs,
                 &valid,
@@ -316,85 +317,156 @@ impl Trainer {
         let mut t_probe_total = 0.0;
         for (m, mb) in mbs.iter().enumerate() {
             let t_up = Instant::now();
-            let token_range = mb.rows.start * tok_per_row..mb.rows.end * tok_per_row;
             let device = self.model.device();
-            let offsets = walk
-                .as_ref()
-                .filter(|w| w.steps > 0)
-                .map(|w| w.offsets(token_range.clone(), &device));
-            let forced: Option<&[Vec<u16>]> = match cfg.routing {
-                RoutingMode::Native => None,
-                RoutingMode::R2 => Some(&routes_old[m]),
-                RoutingMode::R3 => Some(&rollout_routes[m]),
-            };
-            let train = self.model.require_grad();
-            let out = train.forward(&mb.batch, &self.routing(forced, offsets));
-            let rows_idx = ints(&mb.logit_rows, [mb.logit_rows.len()], &out.logits.device());
-            let logp = token_logp(out.logits.select(0, rows_idx), &mb.targets, temp);
-            let rows = mb.rows.clone();
-            let pb = PolicyBatch {
-                logp,
-                logp_old: logp_old[mb.tokens.clone()].to_vec(),
-                logp_mu: logp_mu[mb.tokens.clone()].to_vec(),
-                logp_ref: logp_ref[m].clone(),
-                adv: adv[rows.clone()].to_vec(),
-                rewards: ro.rewards[rows].to_vec(),
-                seg: mb.seg.clone(),
-                lens: mb.lens.clone(),
-                group_size: cfg.group_size,
-            };
-            let (ploss, stats) = policy_loss(&cfg.algorithm, &pb, cfg.tis.as_ref());
-
-            let loss_aux = scalar(out.aux_loss.clone().inner());
-            let loss_z = scalar(out.z_loss.clone().inner());
-            let total = ploss + out.aux_loss * cfg.aux_coef as f32 + out.z_loss * cfg.z_coef as f32;
-            let loss_total = scalar(total.clone().inner());
-            let routes_before: Vec<Vec<u16>> =
-                out.traces.iter().map(|t| t.native.clone()).collect();
-            let routes_used: Vec<Vec<u16>> = out.traces.iter().map(|t| t.used.clone()).collect();
-            let probs_before: Vec<Vec<f32>> = out
-                .traces
+            let active_all = mb.batch.valid.iter().filter(|&&v| v).count().max(1);
+            // Phase 1, per micro-batch: forward and policy loss.
+            let mut fwd: Vec<MicroForward> = crate::util::par_map(n_micro, |j| {
+                let i = m * n_micro + j;
+                let mc = &micros[i];
+                let offsets = walk
+                    .as_ref()
+                    .filter(|w| w.steps > 0)
+                    .map(|w| w.offsets(token_range(mc), &device));
+                let forced: Option<&[Vec<u16>]> = match cfg.routing {
+                    RoutingMode::Native => None,
+                    RoutingMode::R2 => Some(&old[i].routes),
+                    RoutingMode::R3 => Some(&rollout_routes[i]),
+                };
+                let train = self.model.require_grad();
+                let out = train.forward(&mc.batch, &self.routing(forced, offsets));
+                let rows_idx = ints(&mc.logit_rows, [mc.logit_rows.len()], &device);
+                let logp = token_logp(out.logits.select(0, rows_idx), &mc.targets, temp);
+                let pb = PolicyBatch {
+                    logp,
+                    logp_old: logp_old[mc.tokens.clone()].to_vec(),
+                    logp_mu: logp_mu[mc.tokens.clone()].to_vec(),
+                    logp_ref: old[i].logp_ref.clone(),
+                    adv: adv[mc.rows.clone()].to_vec(),
+                    rewards: ro.rewards[mc.rows.clone()].to_vec(),
+                    seg: mc.seg.clone(),
+                    lens: mc.lens.clone(),
+                    group_size: cfg.group_size,
+                };
+                let (ploss, stats) = policy_loss(&cfg.algorithm, &pb, cfg.tis.as_ref());
+                let share = micro_share(&cfg.algorithm, &pb, mb.rows.len(), mb.tokens.len());
+                // The z-loss averages over real tokens.
+                let active = mc.batch.valid.iter().filter(|&&v| v).count();
+                MicroForward {
+                    stats,
+                    share,
+                    active_share: active as f32 / active_all as f32,
+                    loss_z: scalar(out.z_loss.clone().inner()),
+                    partial: Some((ploss * share, out.z_loss)),
+                    load: out.load,
+                    routes_before: out.traces.iter().map(|t| t.native.clone()).collect(),
+                    routes_used: out.traces.iter().map(|t| t.used.clone()).collect(),
+                    probs_before: out
+                        .traces
+                        .into_iter()
+                        .map(|t| t.probs.unwrap_or_default())
+                        .collect(),
+                    train,
+                }
+            });
+            // The load-balancing loss of the whole minibatch, split over its micro-batches.
+            let loads: Vec<&[crate::model::moe::LoadTerms]> =
+                fwd.iter().map(|f| f.load.as_slice()).collect();
+            let aux = crate::model::aux_loss_of_parts(&loads, k, &fwd[0].train.device());
+            let loss_aux: f32 = aux.iter().map(|a| scalar(a.clone().inner())).sum();
+            // Phase 2, per micro-batch: total loss and backward.
+            let back: Vec<(f32, Option<Vec<Tensor<2>>>)> =
+                crate::util::par_map_mut(&mut fwd, |j, f| {
+                    let (ploss, z) = f.partial.take().expect("phase 1 ran");
+                    let total = ploss
+                        + aux[j].clone() * cfg.aux_coef as f32
+                        + z * (cfg.z_coef as f32 * f.active_share);
+                    let loss_total = scalar(total.clone().inner());
+                    let grads = loss_total
+                        .is_finite()
+                        .then(|| AdamW::collect_grads(&f.train.weights, &total.backward()));
+                    (loss_total, grads)
+                });
+            let parts: Vec<MicroUpdate> = fwd
                 .into_iter()
-                .map(|t| t.probs.unwrap_or_default())
+                .zip(back)
+                .map(|(f, (loss_total, grads))| MicroUpdate {
+                    stats: f.stats,
+                    share: f.share,
+                    active_share: f.active_share,
+                    loss_z: f.loss_z,
+                    loss_total,
+                    routes_before: f.routes_before,
+                    routes_used: f.routes_used,
+                    probs_before: f.probs_before,
+                    grads,
+                })
                 .collect();
-            let (grad_norm, applied, skip_reason) = if !loss_total.is_finite() {
-                (f32::NAN, false, Some("non-finite loss".to_string()))
-            } else {
-                let grads = total.backward();
-                let g = AdamW::collect_grads(&train.weights, &grads);
-                let (w, report) = self.opt.step(self.model.weights.clone(), g, lr);
-                self.model.weights = w;
-                (
-                    report.grad_norm,
-                    report.applied,
-                    (!report.applied).then(|| "non-finite gradient".to_string()),
-                )
+            let loss_z: f32 = parts.iter().map(|p| p.active_share * p.loss_z).sum();
+            let loss_total: f32 = parts.iter().map(|p| p.loss_total).sum();
+            let routes_before = concat_layers(parts.iter().map(|p| &p.routes_before), n_layers);
+            let routes_used = concat_layers(parts.iter().map(|p| &p.routes_used), n_layers);
+            let probs_before = concat_layers(parts.iter().map(|p| &p.probs_before), n_layers);
+            let mut grads: Option<Vec<Tensor<2>>> = None;
+            let mut finite = loss_total.is_finite();
+            let mut stats_parts = Vec::with_capacity(parts.len());
+            for p in parts {
+                finite &= p.grads.is_some();
+                if let Some(g) = p.grads {
+                    grads = Some(match grads {
+                        None => g,
+                        Some(acc) => acc.into_iter().zip(g).map(|(a, b)| a + b).collect(),
+                    });
+                }
+                stats_parts.push((p.stats, p.share));
+            }
+            let stats = LossStats::concat(stats_parts);
+            let (grad_norm, applied, skip_reason) = match grads {
+                Some(g) if finite => {
+                    let (w, report) = self.opt.step(self.model.weights.clone(), g, lr);
+                    self.model.weights = w;
+                    (
+                        report.grad_norm,
+                        report.applied,
+                        (!report.applied).then(|| "non-finite gradient".to_string()),
+                    )
+                }
+                _ => (f32::NAN, false, Some("non-finite loss".to_string())),
             };
             if let Some(w) = walk.as_mut() {
                 w.advance();
             }
             let t_update = t_up.elapsed().as_secs_f64();
 
-            // Drift probe: the updated policy on the same tokens, native routes, no graph, with the
-            // walk as the next update would see it.
+            // Drift probe: the updated policy on the same micro-batches, native routes, no graph,
+            // with the walk as the next update would see it.
             let t_pr = Instant::now();
             let (routes_after, probs_after) = if self.probe {
-                let offsets = walk
-                    .as_ref()
-                    .map(|w| w.offsets(token_range.clone(), &device));
-                let o = self.model.forward(&mb.batch, &self.routing(None, offsets));
+                let probed: Vec<(Vec<Vec<u16>>, Vec<Vec<f32>>)> =
+                    crate::util::par_map(n_micro, |j| {
+                        let mc = &micros[m * n_micro + j];
+                        let offsets = walk.as_ref().map(|w| w.offsets(token_range(mc), &device));
+                        let o = self.model.forward(&mc.batch, &self.routing(None, offsets));
+                        (
+                            o.traces.iter().map(|t| t.native.clone()).collect(),
+                            o.traces
+                                .into_iter()
+                                .map(|t| t.probs.unwrap_or_default())
+                                .collect(),
+                        )
+                    });
                 (
-                    o.traces.iter().map(|t| t.native.clone()).collect(),
-                    o.traces
-                        .into_iter()
-                        .map(|t| t.probs.unwrap_or_default())
-                        .collect(),
+                    concat_layers(probed.iter().map(|p| &p.0), n_layers),
+                    concat_layers(probed.iter().map(|p| &p.1), n_layers),
                 )
             } else {
                 (Vec::new(), Vec::new())
             };
             let t_probe = t_pr.elapsed().as_secs_f64();
             t_probe_total += t_probe;
+            let logp_ref = old[m * n_micro..(m + 1) * n_micro]
+                .iter()
+                .flat_map(|o| o.logp_ref.iter().flatten().copied())
+                .collect();
             updates.push(UpdateRecord {
                 minibatch: m,
                 loss_policy: stats.loss_policy,
@@ -413,9 +485,9 @@ impl Trainer {
                 probs_before,
                 probs_after,
                 valid: mb.batch.valid.clone(),
-                logp_old: pb.logp_old.clone(),
-                logp_mu: pb.logp_mu.clone(),
-                logp_ref: pb.logp_ref.clone().unwrap_or_default(),
+                logp_old: logp_old[mb.tokens.clone()].to_vec(),
+                logp_mu: logp_mu[mb.tokens.clone()].to_vec(),
+                logp_ref,
                 adv: adv[mb.rows.clone()].to_vec(),
                 lens: mb.lens.clone(),
                 t_update,
@@ -423,12 +495,6 @@ impl Trainer {
             });
         }
         let t_update = started.elapsed().as_secs_f64() - t_probe_total;
-        let n_layers = routes_old.first().map_or(0, Vec::len);
-        let join = |v: &[Vec<Vec<u16>>]| -> Vec<Vec<u16>> {
-            (0..n_layers)
-                .map(|l| v.iter().flat_map(|x| x[l].clone()).collect())
-                .collect()
-        };
         let out = StepOutput {
             step: self.step,
             resp_lens: ro.generation.responses.iter().map(Vec::len).collect(),
@@ -436,7 +502,7 @@ impl Trainer {
             logp_mu,
             logp_old,
             entropy,
-            routes_old: join(&routes_old),
+            routes_old: concat_layers(routes_old.iter(), n_layers),
             routes_rollout: ro.generation.routes.clone(),
             valid: ro.generation.batch.valid.clone(),
             rewards: ro.rewards,
@@ -450,6 +516,61 @@ impl Trainer {
         self.step += 1;
         out
     }
+}
+
+/// What the π_old pass computed for one micro-batch.
+struct OldPass {
+    entropy_sum: f64,
+    logp: Vec<f32>,
+    /// Per MoE layer: native routes and router distributions.
+    routes: Vec<Vec<u16>>,
+    probs: Vec<Vec<f32>>,
+    logp_ref: Option<Vec<f32>>,
+}
+
+/// A micro-batch after its forward: the graph's leaves, the loss terms still to be combined, and
+/// what the record needs.
+struct MicroForward {
+    train: Model,
+    stats: LossStats,
+    share: f32,
+    active_share: f32,
+    loss_z: f32,
+    /// Share-weighted policy loss and z-loss, with graph (taken by the backward phase).
+    partial: Option<(Tensor<1>, Tensor<1>)>,
+    load: Vec<crate::model::moe::LoadTerms>,
+    routes_before: Vec<Vec<u16>>,
+    routes_used: Vec<Vec<u16>>,
+    probs_before: Vec<Vec<f32>>,
+}
+
+/// What one micro-batch's forward, loss and backward produced.
+struct MicroUpdate {
+    stats: LossStats,
+    /// Weight of its policy loss ([`micro_share`]) and of its auxiliary losses (share of real
+    /// tokens) in the minibatch loss.
+    share: f32,
+    active_share: f32,
+    loss_z: f32,
+    loss_total: f32,
+    routes_before: Vec<Vec<u16>>,
+    routes_used: Vec<Vec<u16>>,
+    probs_before: Vec<Vec<f32>>,
+    /// `None` when the loss was not finite (no backward).
+    grads: Option<Vec<Tensor<2>>>,
+}
+
+/// Per-layer vectors of consecutive parts of a layout, joined layer by layer. A model without
+/// MoE layers has no per-layer entries, so the result is empty then.
+fn concat_layers<'a, T: Clone + 'a>(
+    parts: impl Iterator<Item = &'a Vec<Vec<T>>>,
+    n_layers: usize,
+) -> Vec<Vec<T>> {
+    let parts: Vec<&Vec<Vec<T>>> = parts.collect();
+    let n = parts.first().map_or(0, |p| p.len()).min(n_layers);
+    (0..n)
+        .map(|l| parts.iter().flat_map(|p| p[l].iter().cloned()).collect())
+        .collect()
 }
 
 /// Σ over rows of the entropy of `softmax(row / temperature)`; `rows` is `[n, vocab]`.
