@@ -97,17 +97,17 @@ impl AdamW {
             .collect()
     }
 
-    /// Global L2 norm of `grads` (one host sync).
+    /// Global L2 norm of `grads` (one host sync). Per-tensor sums run in parallel when the
+    /// pool has threads to spare; they are combined in order.
     pub fn global_norm(grads: &[Tensor<2>]) -> f32 {
-        let sq: Vec<Tensor<1>> = grads
-            .iter()
-            .map(|g| g.clone().powi_scalar(2).sum())
-            .collect();
+        let sq: Vec<Tensor<1>> =
+            crate::util::par_map(grads.len(), |i| grads[i].clone().powi_scalar(2).sum());
         to_vec(Tensor::cat(sq, 0).sum())[0].sqrt()
     }
 
     /// One AdamW step at learning rate `lr` on `weights` (non-autodiff) with `grads`. A non-finite
-    /// gradient norm skips the update and leaves weights and moments untouched.
+    /// gradient norm skips the update and leaves weights and moments untouched. Parameters are
+    /// independent, so they are updated in parallel when the pool has more than one thread.
     pub fn step(
         &mut self,
         weights: Weights,
@@ -125,7 +125,7 @@ impl AdamW {
                 },
             );
         }
-        let c = &self.cfg;
+        let c = self.cfg.clone();
         let scale = if c.grad_clip > 0.0 && f64::from(grad_norm) > c.grad_clip {
             c.grad_clip / (f64::from(grad_norm) + 1e-6)
         } else {
@@ -134,34 +134,45 @@ impl AdamW {
         self.t += 1;
         let bc1 = 1.0 - c.beta1.powi(self.t);
         let bc2 = 1.0 - c.beta2.powi(self.t);
-        let mut i = 0;
-        let mut grads = grads.into_iter();
-        let weights = weights.map(|w| {
-            let g = grads.next().expect("counted") * scale as f32;
-            let m = match self.m[i].take() {
+        // One slot per parameter: (weight, gradient, group, m, v) in visiting order.
+        let mut slots: Vec<_> = weights
+            .tensors()
+            .into_iter()
+            .zip(grads)
+            .enumerate()
+            .map(|(i, (w, g))| (w, g, self.groups[i], self.m[i].take(), self.v[i].take()))
+            .collect();
+        let updated = crate::util::par_map_mut(&mut slots, |_, (w, g, group, m_old, v_old)| {
+            let g = g.clone() * scale as f32;
+            let m = match m_old.take() {
                 Some(m) => m * c.beta1 as f32 + g.clone() * (1.0 - c.beta1) as f32,
                 None => g.clone() * (1.0 - c.beta1) as f32,
             };
-            let v = match self.v[i].take() {
+            let v = match v_old.take() {
                 Some(v) => v * c.beta2 as f32 + g.powi_scalar(2) * (1.0 - c.beta2) as f32,
                 None => g.powi_scalar(2) * (1.0 - c.beta2) as f32,
             };
-            let (lr_g, wd) = match self.groups[i] {
+            let (lr_g, wd) = match group {
                 ParamGroup::Router => (lr * c.router_lr_mult, c.weight_decay),
                 ParamGroup::Matrix => (lr, c.weight_decay),
                 ParamGroup::NoDecay => (lr, 0.0),
             };
             let update =
                 (m.clone() / bc1 as f32) / ((v.clone() / bc2 as f32).sqrt() + c.eps as f32);
-            let mut w = w.inner();
+            let mut w = w.clone().inner();
             if wd > 0.0 {
                 w = w.clone() - w * (lr_g * wd) as f32;
             }
+            (w - update * lr_g as f32, m, v)
+        });
+        let mut new_w = Vec::with_capacity(updated.len());
+        for (i, (w, m, v)) in updated.into_iter().enumerate() {
             self.m[i] = Some(m);
             self.v[i] = Some(v);
-            i += 1;
-            w - update * lr_g as f32
-        });
+            new_w.push(w);
+        }
+        let mut new_w = new_w.into_iter();
+        let weights = weights.map(|_| new_w.next().expect("one per parameter"));
         (
             weights,
             StepReport {
