@@ -5,53 +5,75 @@ use super::weights::BlockWeights;
 use crate::tensors::floats;
 use burn::tensor::{Device, Tensor};
 
-/// Rotary position tables, `[max_seq_len, head_dim]` (each half-frequency repeated twice).
+/// Rotary position embedding in the rotate-half form, `x·cos + rot(x)·sin` per head, where
+/// `rot([x1, x2]) = [−x2, x1]` within each head.
+///
+/// `rot` is linear, so the rotated queries and keys come out of the QKV projection itself: the
+/// projection runs with `[W_qkv | W_q·R | W_k·R]`, `R` the block-diagonal signed permutation
+/// of `rot` (exact: it only moves and negates weights). That keeps RoPE to two elementwise ops
+/// per tensor in the projection's own `[tokens, d_model]` layout, instead of slicing and
+/// concatenating head halves.
 #[derive(Clone, Debug)]
 pub struct Rope {
+    /// `[max_seq_len, d_model]`: every head's table (each half-frequency twice), side by side.
     cos: Tensor<2>,
     sin: Tensor<2>,
+    /// `[2·d_model, 2·d_model]`: `R` for the query and the key columns, block-diagonal.
+    rot_qk: Tensor<2>,
 }
 
 impl Rope {
     pub fn new(cfg: &ModelConfig, device: &Device) -> Self {
-        let hd = cfg.head_dim();
+        let (d, hd) = (cfg.d_model, cfg.head_dim());
         let half = hd / 2;
-        let mut cos = Vec::with_capacity(cfg.max_seq_len * hd);
-        let mut sin = Vec::with_capacity(cfg.max_seq_len * hd);
+        let mut cos = Vec::with_capacity(cfg.max_seq_len * d);
+        let mut sin = Vec::with_capacity(cfg.max_seq_len * d);
         for pos in 0..cfg.max_seq_len {
-            for _ in 0..2 {
-                for i in 0..half {
-                    let freq = 1.0 / (cfg.rope_theta as f64).powf(2.0 * i as f64 / hd as f64);
-                    let angle = pos as f64 * freq;
-                    cos.push(angle.cos() as f32);
-                    sin.push(angle.sin() as f32);
+            for _head in 0..cfg.n_heads {
+                for _ in 0..2 {
+                    for i in 0..half {
+                        let freq = 1.0 / (cfg.rope_theta as f64).powf(2.0 * i as f64 / hd as f64);
+                        let angle = pos as f64 * freq;
+                        cos.push(angle.cos() as f32);
+                        sin.push(angle.sin() as f32);
+                    }
                 }
             }
         }
+        // (x·R)[c] = −x[c + half] in the first half of a head, x[c − half] in the second.
+        let n = 2 * d;
+        let mut rot = vec![0f32; n * n];
+        for head in 0..n / hd {
+            for j in 0..hd {
+                let out = head * hd + j;
+                let (src, sign) = if j < half {
+                    (out + half, -1.0)
+                } else {
+                    (out - half, 1.0)
+                };
+                rot[src * n + out] = sign;
+            }
+        }
         Rope {
-            cos: floats(cos, [cfg.max_seq_len, hd], device),
-            sin: floats(sin, [cfg.max_seq_len, hd], device),
+            cos: floats(cos, [cfg.max_seq_len, d], device),
+            sin: floats(sin, [cfg.max_seq_len, d], device),
+            rot_qk: floats(rot, [n, n], device),
         }
     }
 
-    /// Rotate `x` `[batch, heads, seq, head_dim]` whose first position is `pos0`.
-    pub fn apply(&self, x: Tensor<4>, pos0: usize) -> Tensor<4> {
-        let [b, h, s, hd] = x.dims();
-        let half = hd / 2;
-        let cos = self
-            .cos
-            .clone()
-            .slice([pos0..pos0 + s, 0..hd])
-            .reshape([1, 1, s, hd]);
-        let sin = self
-            .sin
-            .clone()
-            .slice([pos0..pos0 + s, 0..hd])
-            .reshape([1, 1, s, hd]);
-        let x1 = x.clone().slice([0..b, 0..h, 0..s, 0..half]);
-        let x2 = x.clone().slice([0..b, 0..h, 0..s, half..hd]);
-        let rotated = Tensor::cat(vec![x2.neg(), x1], 3);
-        x * cos + rotated * sin
+    /// `[W_qkv | W_q·R | W_k·R]`, `[d_model, 5·d_model]`, from `W_qkv` `[d_model, 3·d_model]`.
+    pub fn extend_qkv(&self, wqkv: Tensor<2>) -> Tensor<2> {
+        let [d, d3] = wqkv.dims();
+        let wqk = wqkv.clone().slice([0..d, 0..2 * d3 / 3]);
+        Tensor::cat(vec![wqkv, wqk.matmul(self.rot_qk.clone())], 1)
+    }
+
+    /// `x·cos + x_rot·sin` for `x`, `x_rot` `[batch, seq, d_model]` whose first position is
+    /// `pos0` (`x_rot` = `rot(x)`, from [`Rope::extend_qkv`]).
+    pub fn apply(&self, x: Tensor<3>, x_rot: Tensor<3>, pos0: usize) -> Tensor<3> {
+        let [_, s, d] = x.dims();
+        let table = |t: &Tensor<2>| t.clone().slice([pos0..pos0 + s, 0..d]).reshape([1, s, d]);
+        x * table(&self.cos) + x_rot * table(&self.sin)
     }
 }
 
@@ -62,9 +84,6 @@ pub struct LayerCache {
     pub v: Option<Tensor<4>>,
 }
 
-/// Attention mask `[batch, 1, seq, pos0 + seq]`: query `i` (absolute `pos0 + i`) sees key `j`
-/// when `j ≤ pos0 + i` and key `j` is a real token. A padding query still sees itself, so no
-/// softmax row is empty (its output is never used).
 #[derive(Clone, Debug)]
 pub struct AttnMask {
     /// 0 where allowed, −[`MASK_SHIFT`] where not: keeps masked logits below the row maximum
@@ -122,16 +141,17 @@ pub fn attention(
 ) -> Tensor<2> {
     let (d, h, hd) = (cfg.d_model, cfg.n_heads, cfg.head_dim());
     let n = batch * seq;
-    let qkv = x.matmul(w.wqkv.clone()); // [B·S, 3D]
-    let split = |i: usize| {
+    // [B·S, 5D]: q, k, v, rot(q), rot(k).
+    let qkv = x.matmul(rope.extend_qkv(w.wqkv.clone()));
+    let part = |i: usize| {
         qkv.clone()
             .slice([0..n, i * d..(i + 1) * d])
-            .reshape([batch, seq, h, hd])
-            .swap_dims(1, 2) // [B, H, S, hd]
+            .reshape([batch, seq, d])
     };
-    let q = rope.apply(split(0), pos0);
-    let mut k = rope.apply(split(1), pos0);
-    let mut v = split(2);
+    let heads = |t: Tensor<3>| t.reshape([batch, seq, h, hd]).swap_dims(1, 2); // [B, H, S, hd]
+    let q = heads(rope.apply(part(0), part(3), pos0));
+    let mut k = heads(rope.apply(part(1), part(4), pos0));
+    let mut v = heads(part(2));
     if let Some(c) = cache {
         if let (Some(pk), Some(pv)) = (c.k.take(), c.v.take()) {
             k = Tensor::cat(vec![pk, k], 2);
@@ -145,4 +165,65 @@ pub fn attention(
     let e = crate::tensors::exp(scores - m) * mask.keep.clone();
     let ctx = (e.clone() / e.sum_dim(3)).matmul(v); // [B, H, S, hd]
     ctx.swap_dims(1, 2).reshape([n, d]).matmul(w.wo.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensors::to_vec;
+
+    /// The projection-side RoPE equals rotate-half RoPE computed element by element.
+    #[test]
+    fn rope_from_the_extended_projection_is_rotate_half() {
+        let device = Device::flex();
+        let cfg = ModelConfig::preset("toy", 17).unwrap(); // d 64, 4 heads of 16
+        let (d, hd, half) = (cfg.d_model, cfg.head_dim(), cfg.head_dim() / 2);
+        let rope = Rope::new(&cfg, &device);
+        let (s, pos0) = (3, 5);
+        let xs: Vec<f32> = (0..s * d)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+            .collect();
+        let w: Vec<f32> = (0..d * 3 * d)
+            .map(|i| ((i * 53 % 97) as f32 - 48.0) / 97.0)
+            .collect();
+        let x = floats(xs.clone(), [s, d], &device);
+        let qkv = to_vec(x.matmul(rope.extend_qkv(floats(w.clone(), [d, 3 * d], &device))));
+        let col = |t: usize, c: usize| qkv[t * 5 * d + c];
+        // Plain projection, then rotate-half by hand, for q (block 0) and k (block 1).
+        let proj = |t: usize, c: usize| {
+            (0..d)
+                .map(|i| xs[t * d + i] * w[i * 3 * d + c])
+                .sum::<f32>()
+        };
+        for blk in 0..2 {
+            let rot_block = 3 + blk;
+            let q: Vec<f32> = (0..s * d).map(|i| col(i / d, blk * d + i % d)).collect();
+            let q_rot: Vec<f32> = (0..s * d)
+                .map(|i| col(i / d, rot_block * d + i % d))
+                .collect();
+            let out = to_vec(rope.apply(
+                floats(q.clone(), [1, s, d], &device),
+                floats(q_rot, [1, s, d], &device),
+                pos0,
+            ));
+            for t in 0..s {
+                for c in 0..d {
+                    let (head, j) = (c / hd, c % hd);
+                    let i = j % half;
+                    let angle = (pos0 + t) as f64
+                        / (cfg.rope_theta as f64).powf(2.0 * i as f64 / hd as f64);
+                    let x1 = proj(t, blk * d + head * hd + i);
+                    let x2 = proj(t, blk * d + head * hd + half + i);
+                    let want = if j < half {
+                        x1 as f64 * angle.cos() - x2 as f64 * angle.sin()
+                    } else {
+                        x2 as f64 * angle.cos() + x1 as f64 * angle.sin()
+                    };
+                    let got = out[t * d + c] as f64;
+                    assert!((got - want).abs() < 1e-4, "t {t} col {c}: {got} vs {want}");
+                    assert!((q[t * d + c] - proj(t, blk * d + c)).abs() < 1e-4);
+                }
+            }
+        }
+    }
 }
