@@ -17,7 +17,8 @@ use std::time::Instant;
 
 /// Bump when the training procedure or its numerics change, so stale caches are not reused.
 /// 2: the CPU backend's SwiGLU sigmoid and attention exp are computed on the host.
-const COLDSTART_VERSION: u32 = 2;
+/// 3: RoPE is applied from the QKV projection (`Rope::extend_qkv`).
+const COLDSTART_VERSION: u32 = 3;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
