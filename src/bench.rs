@@ -140,18 +140,31 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
         std::path::Path::new("results/.cache"),
         Some(&indicatif::MultiProgress::new()),
     )?;
-    for probe in [false, true] {
-        // Probe off and no reference model: the same work as a plain GRPO step (rollout,
-        // π_old recompute, 4 updates); probe on adds the instrumentation driftlab exists for.
+    // (probe, micro-batches and rollout shards, threads: None = the pool as configured).
+    // Probe off and no reference model: the same work as a plain GRPO step (rollout, π_old
+    // recompute, 4 updates); probe on adds the instrumentation driftlab exists for. The
+    // one-thread rows show what one experiment cell costs (cells run one thread each).
+    let variants = [
+        (false, 2, None),
+        (true, 2, None),
+        (false, 1, Some(1)),
+        (false, 2, Some(1)),
+    ];
+    for (probe, parts, threads) in variants {
         let cfg = RlConfig {
             measure_kl_ref: probe,
+            micro_batches: parts,
+            rollout_shards: parts,
             ..RlConfig::default()
         };
         let mut t = Trainer::new(cfg, cs.model.clone(), task.clone(), 0)?;
         t.probe = probe;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads.unwrap_or_else(rayon::current_num_threads))
+            .build()?;
         let mut rows = Vec::new();
         for i in 0..reps.max(1) + 2 {
-            let o = t.step();
+            let o = pool.install(|| t.step());
             let gen_tokens: usize = o.resp_lens.iter().sum();
             let total = o.t_rollout + o.t_update + o.t_probe;
             if i >= 2 {
@@ -161,8 +174,9 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
         rows.sort_by(|a, b| a.0.total_cmp(&b.0));
         let (total, ro, up, pr, toks) = rows[rows.len() / 2];
         println!(
-            "rl step (toy, sort 4-16, B 16, G 8, N 4, probe and kl_ref {}): median {:.3}s = rollout {:.3}s + update {:.3}s + probe {:.3}s; rollout {:.0} generated tokens/s, update {:.0} response tokens/s",
+            "rl step (toy, sort 4-16, B 16, G 8, N 4, probe and kl_ref {}, micro-batches and rollout shards {parts}, {} thread(s)): median {:.3}s = rollout {:.3}s + update {:.3}s + probe {:.3}s; rollout {:.0} generated tokens/s, update {:.0} response tokens/s",
             if probe { "on" } else { "off" },
+            pool.current_num_threads(),
             total,
             ro,
             up,
