@@ -30,6 +30,7 @@ pub fn tolerances() -> BTreeMap<String, Tolerance> {
         ("mismatch_kl_k3", t(1e-6, 0.05)),
         ("mismatch_route_frac", t(1e-3, 0.05)),
         ("collapse_cells", t(0.0, 0.0)),
+        ("warning_cells", t(0.0, 0.0)),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -59,10 +60,8 @@ fn metrics(a: &ArmSummary) -> BTreeMap<String, f64> {
     put("ratio_seq_var", a.ratio_seq_var.mean);
     put("mismatch_kl_k3", a.mismatch_kl_k3.mean);
     put("mismatch_route_frac", a.mismatch_route_frac.mean);
-    put(
-        "collapse_cells",
-        a.collapses.values().map(|c| c.0 as f64).sum::<f64>() + 0.0,
-    );
+    put("collapse_cells", a.collapsed_cells as f64);
+    put("warning_cells", a.warned_cells as f64);
     m
 }
 

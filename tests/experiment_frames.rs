@@ -537,4 +537,45 @@ fn the_summary_counts_every_event_under_its_regime() {
             "{label} {k}"
         );
     }
+    // Collapsed and warned cells are distinct seeds, whatever the number of event kinds.
+    for a in &sums {
+        let with_events: std::collections::BTreeSet<i64> = cells
+            .iter()
+            .filter(|((label, _), _)| label == &a.arm)
+            .flat_map(|(_, s)| s.iter().copied())
+            .collect();
+        assert_eq!(
+            a.collapsed_cells + a.warned_cells,
+            with_events.len(),
+            "{}",
+            a.arm
+        );
+        assert!(a.collapsed_cells + a.warned_cells <= a.seeds, "{}", a.arm);
+    }
+    assert!(
+        sums.iter()
+            .any(|a| a.collapses.len() > 1 && a.warned_cells + a.collapsed_cells > 0),
+        "some arm has two kinds of events, so distinct-cell counting is exercised"
+    );
+}
+
+#[test]
+fn summaries_do_not_depend_on_the_order_cells_flushed_in() {
+    use driftlab::metrics::frames::write_parquet;
+    use driftlab::report::{load_frames, summarize};
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results/moe_drift");
+    let tmp = std::env::temp_dir().join(format!("driftlab-reversed-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::copy(dir.join("config.json"), tmp.join("config.json")).unwrap();
+    for name in ["steps", "updates", "layers", "events"] {
+        let file = format!("{name}.parquet");
+        let mut df = read_parquet(&dir.join(&file)).unwrap().reverse();
+        write_parquet(&mut df, &tmp.join(&file)).unwrap();
+    }
+    let json = |d: &std::path::Path| {
+        serde_json::to_string(&summarize(&load_frames(d).unwrap()).unwrap()).unwrap()
+    };
+    let (a, b) = (json(&dir), json(&tmp));
+    let _ = std::fs::remove_dir_all(&tmp);
+    assert_eq!(a, b, "the same rows in reverse order summarise identically");
 }

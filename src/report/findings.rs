@@ -35,21 +35,8 @@ fn below(a: &MeanCi, b: &MeanCi) -> bool {
         && a.mean + a.ci95 < b.mean - b.ci95
 }
 
-/// Event kinds that mean training itself broke down (ratio explosions and gradient spikes are
-/// warning signs, reported separately).
-const COLLAPSE_KINDS: &[&str] = &[
-    "reward_collapse",
-    "entropy_collapse",
-    "non_finite",
-    "expert_collapse",
-];
-
 fn collapses(a: &ArmSummary) -> usize {
-    a.collapses
-        .iter()
-        .filter(|(k, _)| COLLAPSE_KINDS.contains(&k.as_str()))
-        .map(|(_, c)| c.0)
-        .sum()
+    a.collapsed_cells
 }
 
 fn ratio_explosions(a: &ArmSummary) -> usize {
@@ -415,6 +402,8 @@ mod tests {
             mismatch_kl_k3: m,
             mismatch_route_frac: m,
             collapses,
+            collapsed_cells: 0,
+            warned_cells: explosions,
         }
     }
 

@@ -84,7 +84,20 @@ pub struct ArmSummary {
     pub mismatch_route_frac: MeanCi,
     /// Per collapse kind: (cells with at least one event, first step over cells).
     pub collapses: BTreeMap<String, (usize, i64)>,
+    /// Cells (seeds) where training broke down: at least one event of a [`COLLAPSE_KINDS`] kind.
+    pub collapsed_cells: usize,
+    /// Cells with a warning event only (ratio explosion, gradient spike) and no collapse.
+    pub warned_cells: usize,
 }
+
+/// Event kinds that mean training itself broke down (ratio explosions and gradient spikes are
+/// warning signs, reported separately).
+pub const COLLAPSE_KINDS: &[&str] = &[
+    "reward_collapse",
+    "entropy_collapse",
+    "non_finite",
+    "expert_collapse",
+];
 
 /// Rows of a frame grouped as arm → seed → values, arms in first-appearance order.
 struct Grouped {
@@ -245,13 +258,73 @@ pub struct RunFrames {
 }
 
 pub fn load_frames(dir: &Path) -> Result<RunFrames> {
-    let read = |n: &str| read_parquet(&dir.join(format!("{n}.parquet")));
+    let order = spec_order(dir);
+    let read = |n: &str| {
+        sorted_by_cell(
+            read_parquet(&dir.join(format!("{n}.parquet")))?,
+            order.as_deref(),
+        )
+    };
     Ok(RunFrames {
         steps: read("steps")?,
         updates: read("updates")?,
         layers: read("layers")?,
         events: read("events")?,
     })
+}
+
+/// The run's (regime, arm) pairs in the order of its spec (`config.json`), when readable.
+fn spec_order(dir: &Path) -> Option<Vec<(String, String)>> {
+    let text = std::fs::read_to_string(dir.join("config.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let spec: crate::experiment::ExperimentSpec = serde_json::from_value(v["spec"].clone()).ok()?;
+    let mut order: Vec<(String, String)> = Vec::new();
+    for (r, a, _) in spec.cells() {
+        let key = (r.name, a.name);
+        if !order.contains(&key) {
+            order.push(key);
+        }
+    }
+    Some(order)
+}
+
+/// Rows in a fixed order — cells in spec order (else in order of first appearance), then seed,
+/// step, minibatch, layer (those present), stable otherwise — so summaries and reports do not
+/// depend on the order in which parallel cells happened to flush.
+fn sorted_by_cell(df: DataFrame, order: Option<&[(String, String)]>) -> Result<DataFrame> {
+    if df.height() == 0 || df.column("arm").is_err() {
+        return Ok(df);
+    }
+    let arms = str_col(&df, "arm")?;
+    let regimes = str_col(&df, "regime").unwrap_or_else(|_| vec![String::new(); arms.len()]);
+    let mut ranks: Vec<(String, String)> = order.map(<[_]>::to_vec).unwrap_or_default();
+    let rank: Vec<u32> = regimes
+        .into_iter()
+        .zip(arms)
+        .map(|key| {
+            let i = ranks.iter().position(|k| *k == key).unwrap_or_else(|| {
+                ranks.push(key);
+                ranks.len() - 1
+            });
+            i as u32
+        })
+        .collect();
+    let mut df = df;
+    df.with_column(polars::prelude::Column::new("__cell_rank".into(), rank))
+        .map_err(|e| anyhow::anyhow!("ranking frame rows: {e}"))?;
+    let keys: Vec<&str> = ["__cell_rank", "seed", "step", "minibatch", "layer"]
+        .into_iter()
+        .filter(|k| df.column(k).is_ok())
+        .collect();
+    let sorted = df
+        .sort(
+            keys,
+            polars::prelude::SortMultipleOptions::default().with_maintain_order(true),
+        )
+        .map_err(|e| anyhow::anyhow!("sorting frame rows: {e}"))?;
+    sorted
+        .drop("__cell_rank")
+        .map_err(|e| anyhow::anyhow!("sorting frame rows: {e}"))
 }
 
 pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
@@ -292,8 +365,17 @@ pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
         }
         let mut collapses: BTreeMap<String, (usize, i64)> = BTreeMap::new();
         let mut seen = std::collections::BTreeSet::new();
+        let (mut broke, mut warned) = (
+            std::collections::BTreeSet::new(),
+            std::collections::BTreeSet::new(),
+        );
         for i in 0..f.events.height() {
             if &ev_arm[i] == arm {
+                if COLLAPSE_KINDS.contains(&ev_kind[i].as_str()) {
+                    broke.insert(ev_seed[i]);
+                } else {
+                    warned.insert(ev_seed[i]);
+                }
                 let e = collapses.entry(ev_kind[i].clone()).or_insert((0, i64::MAX));
                 if seen.insert((ev_kind[i].clone(), ev_seed[i])) {
                     e.0 += 1;
@@ -321,6 +403,8 @@ pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
             mismatch_kl_k3: sm("mismatch_kl_k3")?,
             mismatch_route_frac: sm("mismatch_route_frac")?,
             collapses,
+            collapsed_cells: broke.len(),
+            warned_cells: warned.difference(&broke).count(),
         });
     }
     Ok(out)
@@ -394,7 +478,13 @@ fn write_summary_files(dir: &Path, sums: &[ArmSummary]) -> Result<()> {
         Column::new(
             "collapse_cells".into(),
             sums.iter()
-                .map(|a| a.collapses.values().map(|c| c.0 as i64).sum::<i64>())
+                .map(|a| a.collapsed_cells as i64)
+                .collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "warning_cells".into(),
+            sums.iter()
+                .map(|a| a.warned_cells as i64)
                 .collect::<Vec<_>>(),
         ),
     ];
@@ -701,14 +791,16 @@ pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
     writeln!(md, "## Summary per arm (mean ± 95% CI over seeds)\n")?;
     writeln!(
         md,
-        "| arm | algorithm | routing | seeds | final reward | final eval acc | steps to +0.1 reward | drift_expert_frac | clip_frac_tok | ratio_tok_var | ratio_seq_var | mismatch_kl_k3 | collapse cells |"
+        "| arm | algorithm | routing | seeds | final reward | final eval acc | steps to +0.1 reward | drift_expert_frac | clip_frac_tok | ratio_tok_var | ratio_seq_var | mismatch_kl_k3 | collapsed cells | cells with warnings only |"
     )?;
-    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+    writeln!(
+        md,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )?;
     for a in &sums {
-        let col: usize = a.collapses.values().map(|c| c.0).sum();
         writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} ({}/{}) | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} ({}/{}) | {} | {} | {} | {} | {} | {} | {} |",
             a.arm,
             a.algorithm,
             a.routing,
@@ -723,12 +815,13 @@ pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
             fmt_ci(&a.ratio_tok_var),
             fmt_ci(&a.ratio_seq_var),
             fmt_ci(&a.mismatch_kl_k3),
-            col
+            a.collapsed_cells,
+            a.warned_cells
         )?;
     }
     writeln!(
         md,
-        "\nfinal reward: mean reward over each cell's last tenth of steps. Steps to +0.1: first step where the reward EMA(0.9) exceeds its start by 0.1 (cells that reached it / all).\n"
+        "\nfinal reward: mean reward over each cell's last tenth of steps. Steps to +0.1: first step where the reward EMA(0.9) exceeds its start by 0.1 (cells that reached it / all). Collapsed cells: seeds with a reward, entropy, non-finite or expert collapse; warnings only: seeds with a ratio explosion or gradient spike and no collapse.\n"
     )?;
     writeln!(md, "## Collapse events\n")?;
     if f.events.height() == 0 {
