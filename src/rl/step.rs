@@ -260,15 +260,12 @@ impl Trainer {
             let rows = || ints(&mb.logit_rows, [mb.logit_rows.len()], &device);
             let picked = out.logits.select(0, rows());
             let host = to_vec(picked.clone());
+            let (routes, probs) = native_and_probs(out.traces);
             OldPass {
                 entropy_sum: entropy_sum(&host, self.model.cfg.vocab_size, temp),
                 logp: to_vec(token_logp(picked, &mb.targets, temp)),
-                routes: out.traces.iter().map(|t| t.native.clone()).collect(),
-                probs: out
-                    .traces
-                    .into_iter()
-                    .map(|t| t.probs.unwrap_or_default())
-                    .collect(),
+                routes,
+                probs,
                 logp_ref: self.reference.as_ref().map(|r| {
                     let o = r.forward(&mb.batch, &ForwardOptions::default());
                     to_vec(token_logp(o.logits.select(0, rows()), &mb.targets, temp))
@@ -351,6 +348,8 @@ impl Trainer {
                 let share = micro_share(&cfg.algorithm, &pb, mb.rows.len(), mb.tokens.len());
                 // The z-loss averages over real tokens.
                 let active = mc.batch.valid.iter().filter(|&&v| v).count();
+                let routes_used = out.traces.iter().map(|t| t.used.clone()).collect();
+                let (routes_before, probs_before) = native_and_probs(out.traces);
                 MicroForward {
                     stats,
                     share,
@@ -358,13 +357,9 @@ impl Trainer {
                     loss_z: scalar(out.z_loss.clone().inner()),
                     partial: Some((ploss * share, out.z_loss)),
                     load: out.load,
-                    routes_before: out.traces.iter().map(|t| t.native.clone()).collect(),
-                    routes_used: out.traces.iter().map(|t| t.used.clone()).collect(),
-                    probs_before: out
-                        .traces
-                        .into_iter()
-                        .map(|t| t.probs.unwrap_or_default())
-                        .collect(),
+                    routes_before,
+                    routes_used,
+                    probs_before,
                     train,
                 }
             });
@@ -386,39 +381,18 @@ impl Trainer {
                         .then(|| AdamW::collect_grads(&f.train.weights, &total.backward()));
                     (loss_total, grads)
                 });
-            let parts: Vec<MicroUpdate> = fwd
+            let loss_z: f32 = fwd.iter().map(|f| f.active_share * f.loss_z).sum();
+            let loss_total: f32 = back.iter().map(|b| b.0).sum();
+            let routes_before = concat_layers(fwd.iter().map(|f| &f.routes_before), n_layers);
+            let routes_used = concat_layers(fwd.iter().map(|f| &f.routes_used), n_layers);
+            let probs_before = concat_layers(fwd.iter().map(|f| &f.probs_before), n_layers);
+            let finite = loss_total.is_finite() && back.iter().all(|b| b.1.is_some());
+            // Gradients of the micro-batches, summed in order.
+            let grads = back
                 .into_iter()
-                .zip(back)
-                .map(|(f, (loss_total, grads))| MicroUpdate {
-                    stats: f.stats,
-                    share: f.share,
-                    active_share: f.active_share,
-                    loss_z: f.loss_z,
-                    loss_total,
-                    routes_before: f.routes_before,
-                    routes_used: f.routes_used,
-                    probs_before: f.probs_before,
-                    grads,
-                })
-                .collect();
-            let loss_z: f32 = parts.iter().map(|p| p.active_share * p.loss_z).sum();
-            let loss_total: f32 = parts.iter().map(|p| p.loss_total).sum();
-            let routes_before = concat_layers(parts.iter().map(|p| &p.routes_before), n_layers);
-            let routes_used = concat_layers(parts.iter().map(|p| &p.routes_used), n_layers);
-            let probs_before = concat_layers(parts.iter().map(|p| &p.probs_before), n_layers);
-            let mut grads: Option<Vec<Tensor<2>>> = None;
-            let mut finite = loss_total.is_finite();
-            let mut stats_parts = Vec::with_capacity(parts.len());
-            for p in parts {
-                finite &= p.grads.is_some();
-                if let Some(g) = p.grads {
-                    grads = Some(match grads {
-                        None => g,
-                        Some(acc) => acc.into_iter().zip(g).map(|(a, b)| a + b).collect(),
-                    });
-                }
-                stats_parts.push((p.stats, p.share));
-            }
+                .filter_map(|b| b.1)
+                .reduce(|acc, g| acc.into_iter().zip(g).map(|(a, b)| a + b).collect());
+            let stats_parts = fwd.into_iter().map(|f| (f.stats, f.share)).collect();
             let stats = LossStats::concat(stats_parts);
             let (grad_norm, applied, skip_reason) = match grads {
                 Some(g) if finite => {
@@ -446,13 +420,7 @@ impl Trainer {
                         let mc = &micros[m * n_micro + j];
                         let offsets = walk.as_ref().map(|w| w.offsets(token_range(mc), &device));
                         let o = self.model.forward(&mc.batch, &self.routing(None, offsets));
-                        (
-                            o.traces.iter().map(|t| t.native.clone()).collect(),
-                            o.traces
-                                .into_iter()
-                                .map(|t| t.probs.unwrap_or_default())
-                                .collect(),
-                        )
+                        native_and_probs(o.traces)
                     });
                 (
                     concat_layers(probed.iter().map(|p| &p.0), n_layers),
@@ -529,7 +497,7 @@ struct OldPass {
 }
 
 /// A micro-batch after its forward: the graph's leaves, the loss terms still to be combined, and
-/// what the record needs.
+/// what the update record needs.
 struct MicroForward {
     train: Model,
     stats: LossStats,
@@ -544,20 +512,12 @@ struct MicroForward {
     probs_before: Vec<Vec<f32>>,
 }
 
-/// What one micro-batch's forward, loss and backward produced.
-struct MicroUpdate {
-    stats: LossStats,
-    /// Weight of its policy loss ([`micro_share`]) and of its auxiliary losses (share of real
-    /// tokens) in the minibatch loss.
-    share: f32,
-    active_share: f32,
-    loss_z: f32,
-    loss_total: f32,
-    routes_before: Vec<Vec<u16>>,
-    routes_used: Vec<Vec<u16>>,
-    probs_before: Vec<Vec<f32>>,
-    /// `None` when the loss was not finite (no backward).
-    grads: Option<Vec<Tensor<2>>>,
+/// Per MoE layer: the native routes and the router distributions of a forward's traces.
+fn native_and_probs(traces: Vec<crate::model::RoutingTrace>) -> (Vec<Vec<u16>>, Vec<Vec<f32>>) {
+    traces
+        .into_iter()
+        .map(|t| (t.native, t.probs.unwrap_or_default()))
+        .unzip()
 }
 
 /// Per-layer vectors of consecutive parts of a layout, joined layer by layer. A model without
