@@ -385,3 +385,47 @@ fn select_assign_add_accumulates_duplicates() {
     );
     assert_eq!(to_vec(out), vec![4.0, 3.0]);
 }
+
+#[test]
+fn load_balancing_loss_of_parts_adds_up_to_the_whole_batch() {
+    use driftlab::model::aux_loss_of_parts;
+    let (cfg, w, x) = hand_layer(true);
+    let device = flex();
+    let whole = moe_forward(
+        &w,
+        &cfg,
+        x.clone(),
+        &[true, true],
+        LayerRouting::default(),
+        false,
+    );
+    let part = |t: usize| {
+        let xt = x.clone().slice([t..t + 1, 0..2]);
+        moe_forward(&w, &cfg, xt, &[true], LayerRouting::default(), false)
+    };
+    let (p0, p1) = (part(0), part(1));
+    // One part: exactly the layer's own loss.
+    let one = aux_loss_of_parts(&[std::slice::from_ref(&whole.load)], cfg.top_k, &device);
+    assert_eq!(to_vec(one[0].clone()), to_vec(whole.aux_loss.clone()));
+    // Two one-token parts with the whole batch's f = [1, 2, 1] / 4: 3 · Σ f·p_t / 2 each,
+    // p_0 = [1, 2, 3] / 6, p_1 = [3, 1, 1] / 5; together the hand-computed 0.95.
+    let parts = aux_loss_of_parts(
+        &[
+            std::slice::from_ref(&p0.load),
+            std::slice::from_ref(&p1.load),
+        ],
+        cfg.top_k,
+        &device,
+    );
+    let (a0, a1) = (to_vec(parts[0].clone())[0], to_vec(parts[1].clone())[0]);
+    let want0 = 3.0 * (1.0 / 6.0 * 0.25 + 2.0 / 6.0 * 0.5 + 3.0 / 6.0 * 0.25) / 2.0;
+    let want1 = 3.0 * (0.6 * 0.25 + 0.2 * 0.5 + 0.2 * 0.25) / 2.0;
+    assert!(
+        (a0 - want0).abs() < 1e-6 && (a1 - want1).abs() < 1e-6,
+        "{a0} {a1}"
+    );
+    assert!((a0 + a1 - 0.95).abs() < 1e-5);
+    // Each part's own loss (its own f) averages to something else: 1.225, not 0.95.
+    let own = (to_vec(p0.aux_loss)[0] + to_vec(p1.aux_loss)[0]) / 2.0;
+    assert!((own - 1.225).abs() < 1e-5, "{own}");
+}
