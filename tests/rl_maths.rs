@@ -341,29 +341,16 @@ fn policy_batch(
     rewards: &[f32],
     tok0: usize,
 ) -> (PolicyBatch, Tensor<1>) {
-    let n = logp.len();
-    let leaf = floats(logp.to_vec(), [n], &flex())
-        .autodiff()
-        .require_grad();
-    let seg: Vec<usize> = lens
-        .iter()
-        .enumerate()
-        .flat_map(|(i, &l)| std::iter::repeat_n(i, l))
-        .collect();
+    let (mut b, leaf) = batch([0.0; 2], logp, lens, None);
     // Per-token constants that differ from logp, and between tokens, so ratios, TIS weights
     // and the KL are all non-trivial.
     let at = |t: usize, a: f32, b: f32| a + b * ((t + tok0) as f32 * 0.7).sin();
-    let b = PolicyBatch {
-        logp: leaf.clone(),
-        logp_old: (0..n).map(|t| logp[t] + at(t, 0.0, 0.15)).collect(),
-        logp_mu: (0..n).map(|t| logp[t] + at(t, 0.05, 0.1)).collect(),
-        logp_ref: Some((0..n).map(|t| logp[t] + at(t, -0.1, 0.2)).collect()),
-        adv: advantages(rewards, 2, AdvantageMode::MeanStd),
-        rewards: rewards.to_vec(),
-        seg,
-        lens: lens.to_vec(),
-        group_size: 2,
-    };
+    let n = logp.len();
+    b.logp_old = (0..n).map(|t| logp[t] + at(t, 0.0, 0.15)).collect();
+    b.logp_mu = (0..n).map(|t| logp[t] + at(t, 0.05, 0.1)).collect();
+    b.logp_ref = Some((0..n).map(|t| logp[t] + at(t, -0.1, 0.2)).collect());
+    b.adv = advantages(rewards, 2, AdvantageMode::MeanStd);
+    b.rewards = rewards.to_vec();
     (b, leaf)
 }
 
