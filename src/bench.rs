@@ -5,7 +5,7 @@ use crate::coldstart::sft_loss;
 use crate::generate::{Sampling, generate};
 use crate::model::moe::{LayerRouting, moe_forward};
 use crate::model::weights::{FfnWeights, Weights};
-use crate::model::{ForwardOptions, Model, ModelConfig};
+use crate::model::{ForwardOptions, Model, ModelConfig, Preset};
 use crate::task::{Problem, Task, TaskConfig, Tokenizer};
 use crate::tensors::{floats, to_vec};
 use anyhow::Result;
@@ -41,7 +41,7 @@ pub fn moe_layer_ms(device: &Device, reps: usize) -> f64 {
         n_experts: 8,
         top_k: 2,
         d_ff: 128,
-        ..ModelConfig::preset("toy", 17).expect("preset")
+        ..ModelConfig::preset(Preset::Toy, 17).expect("preset")
     };
     let w = Weights::init(&cfg, 0, device);
     let FfnWeights::Moe(mw) = w.blocks[0].ffn.clone() else {
@@ -89,7 +89,7 @@ fn problems(task: &Task, n: usize) -> Vec<Problem> {
 }
 
 /// Train forward+backward tokens/s and generation tokens/s for a preset on `sort` 4–16.
-pub fn model_throughput(preset: &str, device: &Device, reps: usize) -> Result<(f64, f64)> {
+pub fn model_throughput(preset: Preset, device: &Device, reps: usize) -> Result<(f64, f64)> {
     let cfg = ModelConfig::preset(preset, Tokenizer.vocab_size())?;
     let task = Task::new(TaskConfig::default(), 0)?;
     let model = Model::init(cfg, 0, device);
@@ -129,7 +129,7 @@ pub fn model_throughput(preset: &str, device: &Device, reps: usize) -> Result<(f
 pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
     use crate::coldstart::{ColdStartConfig, load_or_train};
     use crate::rl::{RlConfig, Trainer};
-    let cfg = ModelConfig::preset("toy", Tokenizer.vocab_size())?;
+    let cfg = ModelConfig::preset(Preset::Toy, Tokenizer.vocab_size())?;
     let task = Task::new(TaskConfig::default(), 0)?;
     let cs = load_or_train(
         &cfg,
@@ -137,7 +137,7 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
         &ColdStartConfig::default(),
         0,
         device,
-        std::path::Path::new("results/.cache"),
+        std::path::Path::new(crate::io::DEFAULT_CACHE_DIR),
         Some(&indicatif::MultiProgress::new()),
     )?;
     // (probe, micro-batches and rollout shards, threads: None = the pool as configured).
@@ -199,7 +199,7 @@ pub fn run(device: &Device, reps: usize, layer_only: bool, rl: bool) -> Result<(
     if layer_only {
         return Ok(());
     }
-    for preset in ["toy", "small"] {
+    for preset in [Preset::Toy, Preset::Small] {
         let (train_tps, gen_tps) = model_throughput(preset, device, reps)?;
         println!(
             "{preset}: train fwd+bwd {train_tps:.0} tokens/s (median), generation {gen_tps:.0} tokens/s (median, untrained model, 128 prompts)"

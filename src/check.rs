@@ -138,11 +138,11 @@ pub fn table(rows: &[Row], all: bool) -> String {
     s
 }
 
+/// Per arm, per metric: the value the check compares.
+pub type ArmMetrics = BTreeMap<String, BTreeMap<String, f64>>;
+
 /// Run the check experiment into `out` and return per-arm metrics and summaries.
-pub fn measure(
-    spec: &ExperimentSpec,
-    opts: &RunOptions,
-) -> Result<(BTreeMap<String, BTreeMap<String, f64>>, Vec<ArmSummary>)> {
+pub fn measure(spec: &ExperimentSpec, opts: &RunOptions) -> Result<(ArmMetrics, Vec<ArmSummary>)> {
     run_experiment(spec, opts)?;
     let sums = summarize(&load_frames(&opts.out)?)?;
     Ok((
@@ -168,7 +168,7 @@ pub fn check(
         if let Some(dir) = baseline.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        crate::coldstart::write_atomic(baseline, serde_json::to_string_pretty(&b)?.as_bytes())?;
+        crate::io::write_json(baseline, &b)?;
         return Ok(format!("baseline rewritten: {}", baseline.display()));
     }
     let text = std::fs::read_to_string(baseline).with_context(|| {

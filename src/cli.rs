@@ -1,6 +1,9 @@
 //! Command-line interface: parses arguments into validated commands.
 
 use crate::device::DeviceChoice;
+use crate::io::DEFAULT_CACHE_DIR;
+use crate::model::Preset;
+use crate::task::TaskKind;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -24,35 +27,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Supervised cold start of a preset on a task; prints the eval accuracy.
-    Coldstart {
-        #[arg(long, default_value = "toy")]
-        preset: String,
-        #[arg(long, default_value = "sort")]
-        task: String,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Shortest list / addend, in digits.
-        #[arg(long, default_value_t = 4)]
-        min_len: usize,
-        /// Longest list / addend, in digits.
-        #[arg(long, default_value_t = 16)]
-        max_len: usize,
-        /// Stop at this sampled eval accuracy.
-        #[arg(long)]
-        target_accuracy: Option<f64>,
-        /// Step budget.
-        #[arg(long)]
-        max_steps: Option<usize>,
-        /// Dense control FFN instead of MoE.
-        #[arg(long)]
-        dense: bool,
-        /// Ignore and overwrite the cache.
-        #[arg(long)]
-        no_cache: bool,
-        /// Cache directory.
-        #[arg(long, default_value = "results/.cache")]
-        cache_dir: PathBuf,
-    },
+    Coldstart(ColdstartArgs),
     /// Benchmarks: medians of train and generation throughput, and one MoE layer.
     Bench {
         /// Timed repetitions per measurement.
@@ -67,40 +42,8 @@ pub enum Command {
     },
     /// Learning check: RL from the cached cold start, printing reward early vs late per seed.
     Learn(crate::learn::LearnArgs),
-    /// Run a named experiment (experiments/<name>.toml): every arm × seed, then the report.
-    Experiment {
-        name: String,
-        /// RL steps per cell (overrides the spec).
-        #[arg(long)]
-        steps: Option<usize>,
-        /// Seeds, comma separated (overrides the spec).
-        #[arg(long, value_delimiter = ',')]
-        seeds: Option<Vec<u64>>,
-        /// Model preset (overrides the spec).
-        #[arg(long)]
-        preset: Option<String>,
-        /// Output folder (default results/<name>).
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Small version: first seed only, 15 steps, eval every 5 steps.
-        #[arg(long)]
-        quick: bool,
-        /// Only these arms, comma separated.
-        #[arg(long, value_delimiter = ',')]
-        arms: Option<Vec<String>>,
-        /// Cells run at once, one thread each (default: the number of cores).
-        #[arg(long)]
-        jobs: Option<usize>,
-        /// Only these regimes, comma separated.
-        #[arg(long, value_delimiter = ',')]
-        regime: Option<Vec<String>>,
-        /// Folder of experiment specs.
-        #[arg(long, default_value = "experiments")]
-        specs: PathBuf,
-        /// Cache directory of cold starts.
-        #[arg(long, default_value = "results/.cache")]
-        cache_dir: PathBuf,
-    },
+    /// Run a named experiment (experiments/<name>.toml): every cell, then the report.
+    Experiment(ExperimentArgs),
     /// List the experiments in experiments/ with their descriptions.
     List {
         #[arg(long, default_value = "experiments")]
@@ -115,9 +58,77 @@ pub enum Command {
         baseline: PathBuf,
         #[arg(long, default_value = "experiments")]
         specs: PathBuf,
-        #[arg(long, default_value = "results/.cache")]
+        #[arg(long, default_value = DEFAULT_CACHE_DIR)]
         cache_dir: PathBuf,
     },
     /// Rebuild summary, plots and report.md of a results folder from its Parquet files.
     Report { dir: PathBuf },
+    /// Print the columns and dtypes of every frame (steps, updates, layers, events) as JSON.
+    Schema,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ColdstartArgs {
+    #[arg(long, default_value = "toy")]
+    pub preset: Preset,
+    #[arg(long, default_value = "sort")]
+    pub task: TaskKind,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Shortest list / addend, in digits.
+    #[arg(long, default_value_t = 4)]
+    pub min_len: usize,
+    /// Longest list / addend, in digits.
+    #[arg(long, default_value_t = 16)]
+    pub max_len: usize,
+    /// Stop at this sampled eval accuracy.
+    #[arg(long)]
+    pub target_accuracy: Option<f64>,
+    /// Step budget.
+    #[arg(long)]
+    pub max_steps: Option<usize>,
+    /// Dense control FFN instead of MoE.
+    #[arg(long)]
+    pub dense: bool,
+    /// Ignore and overwrite the cache.
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Cache directory.
+    #[arg(long, default_value = DEFAULT_CACHE_DIR)]
+    pub cache_dir: PathBuf,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ExperimentArgs {
+    pub name: String,
+    /// RL steps per cell (overrides the spec).
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Seeds, comma separated (overrides the spec).
+    #[arg(long, value_delimiter = ',')]
+    pub seeds: Option<Vec<u64>>,
+    /// Model preset (overrides the spec).
+    #[arg(long)]
+    pub preset: Option<Preset>,
+    /// Output folder (default results/<name>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Small version: first seed only, 15 steps, eval every 5 steps.
+    #[arg(long)]
+    pub quick: bool,
+    /// Only these arms, comma separated.
+    #[arg(long, value_delimiter = ',')]
+    pub arms: Option<Vec<String>>,
+    /// Cells run at once, one thread each (default: the number of cores).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Only these regimes, comma separated.
+    #[arg(long, value_delimiter = ',')]
+    pub regime: Option<Vec<String>>,
+    /// Folder of experiment specs.
+    #[arg(long, default_value = "experiments")]
+    pub specs: PathBuf,
+    /// Cache directory of cold starts.
+    #[arg(long, default_value = DEFAULT_CACHE_DIR)]
+    pub cache_dir: PathBuf,
 }

@@ -2,10 +2,11 @@
 //! or a step budget is reached; the checkpoint is cached by a hash of everything that makes it.
 
 use crate::generate::{Sampling, generate, layout};
+use crate::hash::{derive_seed, fnv1a64};
+use crate::io::{write_atomic, write_json};
 use crate::model::{ForwardOptions, Model, ModelConfig, Weights, token_logp};
 use crate::optim::{AdamW, AdamWConfig};
 use crate::task::{EOS, Problem, Task, TaskConfig};
-use crate::util::{derive_seed, fnv1a64};
 use anyhow::{Context, Result};
 use burn::tensor::Device;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
@@ -302,19 +303,7 @@ pub fn load_or_train(
         accuracy: cs_out.accuracy,
         seconds: cs_out.seconds,
     };
-    write_atomic(&meta_path, serde_json::to_string_pretty(&meta)?.as_bytes())?;
+    write_json(&meta_path, &meta)?;
     write_atomic(&path, &cs_out.model.weights.to_bytes())?;
     Ok(cs_out)
-}
-
-/// Write via a temporary file and rename, so a crash never leaves a half-written file in place.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    // Unique per process and call, so concurrent writers (tests, parallel cells) never share one.
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = path.with_extension(format!("tmp{}-{n}", std::process::id()));
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
-    Ok(())
 }

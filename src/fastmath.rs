@@ -39,6 +39,23 @@ pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + exp(-x))
 }
 
+/// `out[i] = b[i] · (a[i] · σ(a[i]))`: the value of `silu(a) ⊙ b`.
+pub fn silu_mul(a: &[f32], b: &[f32], out: &mut [f32]) {
+    for ((o, &a), &b) in out.iter_mut().zip(a).zip(b) {
+        *o = b * (a * sigmoid(a));
+    }
+}
+
+/// The constants of the exp-free SwiGLU backward: `c3 = a·σ(a)` (= silu(a)) and
+/// `c1 = b·σ(a)(1 + a(1 − σ(a)))` (= b·silu'(a)).
+pub fn silu_mul_consts(a: &[f32], b: &[f32], c1: &mut [f32], c3: &mut [f32]) {
+    for (((c1, c3), &a), &b) in c1.iter_mut().zip(c3.iter_mut()).zip(a).zip(b) {
+        let s = sigmoid(a);
+        *c3 = a * s;
+        *c1 = b * (s + a * s * (1.0 - s));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,22 +89,5 @@ mod tests {
             );
         }
         assert_eq!(sigmoid(0.0), 0.5);
-    }
-}
-
-/// `out[i] = b[i] · (a[i] · σ(a[i]))`: the value of `silu(a) ⊙ b`.
-pub fn silu_mul(a: &[f32], b: &[f32], out: &mut [f32]) {
-    for ((o, &a), &b) in out.iter_mut().zip(a).zip(b) {
-        *o = b * (a * sigmoid(a));
-    }
-}
-
-/// The constants of the exp-free SwiGLU backward: `c3 = a·σ(a)` (= silu(a)) and
-/// `c1 = b·σ(a)(1 + a(1 − σ(a)))` (= b·silu'(a)).
-pub fn silu_mul_consts(a: &[f32], b: &[f32], c1: &mut [f32], c3: &mut [f32]) {
-    for (((c1, c3), &a), &b) in c1.iter_mut().zip(c3.iter_mut()).zip(a).zip(b) {
-        let s = sigmoid(a);
-        *c3 = a * s;
-        *c1 = b * (s + a * s * (1.0 - s));
     }
 }

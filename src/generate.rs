@@ -1,6 +1,7 @@
 //! Batched sampling with a KV cache on the non-autodiff device: tokens, per-token log-probs and
 //! the routes the generating model used, laid out like the trainer's full-sequence batch.
 
+use crate::model::RoutingTrace;
 use crate::model::{ForwardOptions, LayerCache, Model, NO_ROUTE, SeqBatch};
 use crate::task::{EOS, PAD};
 use crate::tensors::to_vec;
@@ -151,7 +152,6 @@ pub fn generate_sharded(
 ) -> Generation {
     let b = prompts.len();
     let v = model.cfg.vocab_size;
-    let k = model.cfg.top_k;
     let (pw, ptok, pvalid) = left_pad(prompts);
     assert!(pw >= 1, "prompts must not be empty");
     assert!(
@@ -160,68 +160,9 @@ pub fn generate_sharded(
         s.max_new,
         model.cfg.max_seq_len
     );
-    let n_sh = shards.clamp(1, b.max(1));
-    let bounds: Vec<std::ops::Range<usize>> = (0..n_sh)
-        .map(|i| i * b / n_sh..(i + 1) * b / n_sh)
-        .collect();
-    let mut caches: Vec<Vec<LayerCache>> = (0..n_sh).map(|_| Vec::new()).collect();
-
-    // Routes recorded as (row, position) → k ids, per layer; assembled into the layout at the end.
-    let mut step_routes: Vec<Vec<(usize, usize, Vec<u16>)>> = Vec::new();
-    let mut record = |traces: &[crate::model::RoutingTrace],
-                      rows: &[usize],
-                      positions: &[usize],
-                      active: &[bool]| {
-        if step_routes.len() < traces.len() {
-            step_routes.resize_with(traces.len(), Vec::new);
-        }
-        for (l, tr) in traces.iter().enumerate() {
-            for (i, ((&row, &pos), &a)) in rows.iter().zip(positions).zip(active).enumerate() {
-                if a {
-                    step_routes[l].push((row, pos, tr.used[i * k..(i + 1) * k].to_vec()));
-                }
-            }
-        }
-    };
-
-    // Prefill.
-    let opts: Vec<ForwardOptions<'static>> =
-        bounds.iter().map(|r| routing_for(r.len() * pw)).collect();
-    let outs = crate::util::par_map_mut(&mut caches, |i, cache| {
-        let r = bounds[i].clone();
-        let n = r.len();
-        let valid = pvalid[r.start * pw..r.end * pw].to_vec();
-        let prefill = SeqBatch {
-            batch: n,
-            seq: pw,
-            tokens: ptok[r.start * pw..r.end * pw].to_vec(),
-            valid: valid.clone(),
-        };
-        let out = model.forward_at(&prefill, 0, &valid, &opts[i], Some(cache));
-        let last = to_vec(
-            out.logits
-                .reshape([n, pw, v])
-                .slice([0..n, pw - 1..pw, 0..v])
-                .reshape([n, v]),
-        );
-        (last, out.traces)
-    });
-    let mut last = Vec::with_capacity(b * v);
-    for (r, (l, traces)) in bounds.iter().zip(outs) {
-        let rows: Vec<usize> = r
-            .clone()
-            .flat_map(|row| std::iter::repeat_n(row, pw))
-            .collect();
-        let positions: Vec<usize> = r.clone().flat_map(|_| 0..pw).collect();
-        record(
-            &traces,
-            &rows,
-            &positions,
-            &pvalid[r.start * pw..r.end * pw],
-        );
-        last.extend(l);
-    }
-
+    let mut sh = Shards::new(b, shards);
+    let mut log = RouteLog::new(model.cfg.top_k);
+    let mut last = sh.prefill(model, &ptok, &pvalid, pw, routing_for, &mut log);
     let mut key_valid: Vec<Vec<bool>> = (0..b)
         .map(|r| pvalid[r * pw..(r + 1) * pw].to_vec())
         .collect();
@@ -247,13 +188,167 @@ pub fn generate_sharded(
         if step + 1 == s.max_new || active.iter().all(|a| !a) {
             break;
         }
-        let pos = pw + step;
         for r in 0..b {
             key_valid[r].push(active[r]);
         }
+        let pos = pw + step;
+        last = sh.decode(
+            model,
+            &next,
+            &active,
+            &key_valid,
+            pos,
+            routing_for,
+            &mut log,
+        );
+    }
+    let (batch, _) = layout(prompts, &responses);
+    let routes = log.into_layout(b, batch.seq);
+    Generation {
+        batch,
+        prompt_width: pw,
+        responses,
+        logp,
+        routes,
+    }
+}
+
+/// The routes a generation used, as (row, position, k ids) per layer; laid out at the end.
+struct RouteLog {
+    k: usize,
+    layers: Vec<Vec<(usize, usize, Vec<u16>)>>,
+}
+
+impl RouteLog {
+    fn new(k: usize) -> Self {
+        RouteLog {
+            k,
+            layers: Vec::new(),
+        }
+    }
+
+    /// Record the used ids of the active tokens of one forward, given each token's row and
+    /// position.
+    fn record(
+        &mut self,
+        traces: &[RoutingTrace],
+        rows: &[usize],
+        positions: &[usize],
+        active: &[bool],
+    ) {
+        let k = self.k;
+        if self.layers.len() < traces.len() {
+            self.layers.resize_with(traces.len(), Vec::new);
+        }
+        for (l, tr) in traces.iter().enumerate() {
+            for (i, ((&row, &pos), &a)) in rows.iter().zip(positions).zip(active).enumerate() {
+                if a {
+                    self.layers[l].push((row, pos, tr.used[i * k..(i + 1) * k].to_vec()));
+                }
+            }
+        }
+    }
+
+    /// Per layer `[b · seq, k]` in the batch layout, `NO_ROUTE` where nothing was routed.
+    fn into_layout(self, b: usize, seq: usize) -> Vec<Vec<u16>> {
+        let k = self.k;
+        self.layers
+            .into_iter()
+            .map(|entries| {
+                let mut r = vec![NO_ROUTE; b * seq * k];
+                for (row, pos, ids) in entries {
+                    r[(row * seq + pos) * k..(row * seq + pos + 1) * k].copy_from_slice(&ids);
+                }
+                r
+            })
+            .collect()
+    }
+}
+
+/// Contiguous row shards of a generation, each with its own KV cache.
+struct Shards {
+    bounds: Vec<std::ops::Range<usize>>,
+    caches: Vec<Vec<LayerCache>>,
+}
+
+impl Shards {
+    fn new(b: usize, shards: usize) -> Self {
+        let n_sh = shards.clamp(1, b.max(1));
+        Shards {
+            bounds: (0..n_sh)
+                .map(|i| i * b / n_sh..(i + 1) * b / n_sh)
+                .collect(),
+            caches: (0..n_sh).map(|_| Vec::new()).collect(),
+        }
+    }
+
+    /// The prompts' forward (filling the caches); returns the last position's logits per row.
+    fn prefill(
+        &mut self,
+        model: &Model,
+        ptok: &[u32],
+        pvalid: &[bool],
+        pw: usize,
+        routing_for: &mut dyn FnMut(usize) -> ForwardOptions<'static>,
+        log: &mut RouteLog,
+    ) -> Vec<f32> {
+        let v = model.cfg.vocab_size;
+        let bounds = &self.bounds;
+        let opts: Vec<ForwardOptions<'static>> =
+            bounds.iter().map(|r| routing_for(r.len() * pw)).collect();
+        let outs = crate::parallel::par_map_mut(&mut self.caches, |i, cache| {
+            let r = bounds[i].clone();
+            let n = r.len();
+            let valid = pvalid[r.start * pw..r.end * pw].to_vec();
+            let prefill = SeqBatch {
+                batch: n,
+                seq: pw,
+                tokens: ptok[r.start * pw..r.end * pw].to_vec(),
+                valid: valid.clone(),
+            };
+            let out = model.forward_at(&prefill, 0, &valid, &opts[i], Some(cache));
+            let last = to_vec(
+                out.logits
+                    .reshape([n, pw, v])
+                    .slice([0..n, pw - 1..pw, 0..v])
+                    .reshape([n, v]),
+            );
+            (last, out.traces)
+        });
+        let mut last = Vec::new();
+        for (r, (l, traces)) in bounds.iter().zip(outs) {
+            let rows: Vec<usize> = r
+                .clone()
+                .flat_map(|row| std::iter::repeat_n(row, pw))
+                .collect();
+            let positions: Vec<usize> = r.clone().flat_map(|_| 0..pw).collect();
+            log.record(
+                &traces,
+                &rows,
+                &positions,
+                &pvalid[r.start * pw..r.end * pw],
+            );
+            last.extend(l);
+        }
+        last
+    }
+
+    /// One decoding step: the `next` token of every row at `pos`; returns the logits per row.
+    #[allow(clippy::too_many_arguments)]
+    fn decode(
+        &mut self,
+        model: &Model,
+        next: &[u32],
+        active: &[bool],
+        key_valid: &[Vec<bool>],
+        pos: usize,
+        routing_for: &mut dyn FnMut(usize) -> ForwardOptions<'static>,
+        log: &mut RouteLog,
+    ) -> Vec<f32> {
+        let bounds = &self.bounds;
         let opts: Vec<ForwardOptions<'static>> =
             bounds.iter().map(|r| routing_for(r.len())).collect();
-        let outs = crate::util::par_map_mut(&mut caches, |i, cache| {
+        let outs = crate::parallel::par_map_mut(&mut self.caches, |i, cache| {
             let r = bounds[i].clone();
             let kv_flat: Vec<bool> = key_valid[r.clone()].iter().flatten().copied().collect();
             let batch = SeqBatch {
@@ -265,31 +360,12 @@ pub fn generate_sharded(
             let out = model.forward_at(&batch, pos, &kv_flat, &opts[i], Some(cache));
             (to_vec(out.logits), out.traces)
         });
-        last.clear();
+        let mut last = Vec::new();
         for (r, (l, traces)) in bounds.iter().zip(outs) {
             let rows: Vec<usize> = r.clone().collect();
-            record(&traces, &rows, &vec![pos; r.len()], &active[r.clone()]);
+            log.record(&traces, &rows, &vec![pos; r.len()], &active[r.clone()]);
             last.extend(l);
         }
-    }
-
-    let (batch, _) = layout(prompts, &responses);
-    let seq = batch.seq;
-    let routes = step_routes
-        .into_iter()
-        .map(|entries| {
-            let mut r = vec![NO_ROUTE; b * seq * k];
-            for (row, pos, ids) in entries {
-                r[(row * seq + pos) * k..(row * seq + pos + 1) * k].copy_from_slice(&ids);
-            }
-            r
-        })
-        .collect();
-    Generation {
-        batch,
-        prompt_width: pw,
-        responses,
-        logp,
-        routes,
+        last
     }
 }

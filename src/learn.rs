@@ -2,25 +2,22 @@
 //! start (toy + sort 4–16 by default), reporting early vs late mean reward per seed.
 
 use crate::coldstart::{ColdStartConfig, load_or_train};
-use crate::model::ModelConfig;
-use crate::rl::{Algorithm, GrpoConfig, GspoConfig, GvpoConfig, RlConfig, RoutingMode, Trainer};
+use crate::model::{ModelConfig, Preset};
+use crate::rl::{Algorithm, AlgorithmKind, RlConfig, RoutingMode, Trainer};
 use crate::task::{Task, TaskConfig, Tokenizer};
-use crate::util::suggest;
-use anyhow::{Result, bail};
+use anyhow::Result;
 use burn::tensor::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct LearnArgs {
-    /// grpo | gspo | gspo_token | gvpo
     #[arg(long, default_value = "grpo")]
-    pub algorithm: String,
-    /// native | r2 | r3
+    pub algorithm: AlgorithmKind,
     #[arg(long, default_value = "native")]
-    pub routing: String,
+    pub routing: RoutingMode,
     #[arg(long, default_value = "toy")]
-    pub preset: String,
+    pub preset: Preset,
     #[arg(long, default_value_t = 100)]
     pub steps: usize,
     #[arg(long, value_delimiter = ',', default_value = "0,1,2")]
@@ -30,44 +27,14 @@ pub struct LearnArgs {
     #[arg(long, default_value_t = 4)]
     pub minibatches: usize,
     /// Cache directory of cold starts.
-    #[arg(long, default_value = "results/.cache")]
+    #[arg(long, default_value = crate::io::DEFAULT_CACHE_DIR)]
     pub cache_dir: PathBuf,
 }
 
-const ALGORITHMS: &[&str] = &["grpo", "gspo", "gspo_token", "gvpo"];
-const ROUTINGS: &[&str] = &["native", "r2", "r3"];
-
-pub fn parse_algorithm(name: &str) -> Result<Algorithm> {
-    Ok(match name {
-        "grpo" => Algorithm::Grpo(GrpoConfig::default()),
-        "gspo" => Algorithm::Gspo(GspoConfig::default()),
-        "gspo_token" => Algorithm::GspoToken(GspoConfig::default()),
-        "gvpo" => Algorithm::Gvpo(GvpoConfig::default()),
-        other => bail!(
-            "unknown algorithm '{other}'; allowed: {}{}",
-            ALGORITHMS.join(", "),
-            suggest(other, ALGORITHMS)
-        ),
-    })
-}
-
-pub fn parse_routing(name: &str) -> Result<RoutingMode> {
-    Ok(match name {
-        "native" => RoutingMode::Native,
-        "r2" => RoutingMode::R2,
-        "r3" => RoutingMode::R3,
-        other => bail!(
-            "unknown routing mode '{other}'; allowed: {}{}",
-            ROUTINGS.join(", "),
-            suggest(other, ROUTINGS)
-        ),
-    })
-}
-
 pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
-    let algorithm = parse_algorithm(&a.algorithm)?;
-    let routing = parse_routing(&a.routing)?;
-    let model_cfg = ModelConfig::preset(&a.preset, Tokenizer.vocab_size())?;
+    let algorithm = Algorithm::default_of(a.algorithm);
+    let routing = a.routing;
+    let model_cfg = ModelConfig::preset(a.preset, Tokenizer.vocab_size())?;
     anyhow::ensure!(
         a.steps >= 35,
         "--steps must be at least 35 (first 10 vs last 25)"

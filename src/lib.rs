@@ -8,16 +8,19 @@ pub mod device;
 pub mod experiment;
 pub mod fastmath;
 pub mod generate;
+pub mod hash;
+pub mod io;
 pub mod learn;
 pub mod metrics;
 pub mod model;
+pub mod names;
 pub mod optim;
+pub mod parallel;
 pub mod report;
 pub mod rl;
 pub mod run;
 pub mod task;
 pub mod tensors;
-pub mod util;
 
 // flex allocates a fresh buffer for most tensor ops; mimalloc keeps freed pages for reuse
 // instead of returning them to the OS and faulting them back in (≈10% of MoE layer time).

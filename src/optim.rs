@@ -101,7 +101,7 @@ impl AdamW {
     /// pool has threads to spare; they are combined in order.
     pub fn global_norm(grads: &[Tensor<2>]) -> f32 {
         let sq: Vec<Tensor<1>> =
-            crate::util::par_map(grads.len(), |i| grads[i].clone().powi_scalar(2).sum());
+            crate::parallel::par_map(grads.len(), |i| grads[i].clone().powi_scalar(2).sum());
         to_vec(Tensor::cat(sq, 0).sum())[0].sqrt()
     }
 
@@ -142,7 +142,7 @@ impl AdamW {
             .enumerate()
             .map(|(i, (w, g))| (w, g, self.groups[i], self.m[i].take(), self.v[i].take()))
             .collect();
-        let updated = crate::util::par_map_mut(&mut slots, |_, (w, g, group, m_old, v_old)| {
+        let updated = crate::parallel::par_map_mut(&mut slots, |_, (w, g, group, m_old, v_old)| {
             let g = g.clone() * scale as f32;
             let m = match m_old.take() {
                 Some(m) => m * c.beta1 as f32 + g.clone() * (1.0 - c.beta1) as f32,

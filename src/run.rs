@@ -1,12 +1,13 @@
 //! Carries out a parsed command.
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, ColdstartArgs, Command, ExperimentArgs};
 use crate::coldstart::{ColdStartConfig, load_or_train, train};
 use crate::experiment::{ExperimentSpec, RunOptions, run_experiment};
 use crate::model::{FfnKind, ModelConfig};
 use crate::report::write_report;
-use crate::task::{Task, TaskConfig, TaskKind, Tokenizer};
+use crate::task::{Task, TaskConfig, Tokenizer};
 use anyhow::{Context, Result, bail};
+use burn::tensor::Device;
 use indicatif::MultiProgress;
 use std::path::Path;
 use std::sync::Arc;
@@ -38,10 +39,9 @@ pub fn find_spec(dir: &Path, name: &str) -> Result<ExperimentSpec> {
         let names: Vec<String> = list_specs(dir)?.into_iter().map(|(n, _)| n).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         bail!(
-            "unknown experiment '{name}' (no {}); known: {}{}",
-            path.display(),
-            refs.join(", "),
-            crate::util::suggest(name, &refs)
+            "{} (no {})",
+            crate::names::unknown("experiment", name, &refs),
+            path.display()
         );
     }
     ExperimentSpec::load(&path)
@@ -51,9 +51,9 @@ pub fn run(cli: Cli) -> Result<()> {
     // Cells in parallel use one thread each: small models use two cores better that way than by
     // threading inside tiny ops (measured; see README).
     let jobs = match &cli.command {
-        Command::Experiment { jobs, .. } => {
-            jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        }
+        Command::Experiment(a) => a
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
         _ => 1,
     };
     let threads = cli.threads.or((jobs > 1).then_some(1));
@@ -62,152 +62,16 @@ pub fn run(cli: Cli) -> Result<()> {
         rayon_threads(n)?;
     }
     let device = cli.device.device()?;
+    let device_name = cli.device.to_string();
     match cli.command {
-        Command::Coldstart {
-            preset,
-            task,
-            seed,
-            min_len,
-            max_len,
-            target_accuracy,
-            max_steps,
-            dense,
-            no_cache,
-            cache_dir,
-        } => {
-            let mut model_cfg = ModelConfig::preset(&preset, Tokenizer.vocab_size())?;
-            if dense {
-                model_cfg.ffn = FfnKind::Dense;
-            }
-            let task_cfg = TaskConfig {
-                kind: TaskKind::parse(&task)?,
-                min_len,
-                max_len,
-                ..TaskConfig::default()
-            };
-            let t = Task::new(task_cfg, seed)?;
-            let mut cs = ColdStartConfig::default();
-            if let Some(a) = target_accuracy {
-                cs.target_accuracy = a;
-            }
-            if let Some(s) = max_steps {
-                cs.max_steps = s;
-            }
-            let started = std::time::Instant::now();
-            let out = if no_cache {
-                train(
-                    &model_cfg,
-                    &t,
-                    &cs,
-                    seed,
-                    &device,
-                    Some(&MultiProgress::new()),
-                )?
-            } else {
-                load_or_train(
-                    &model_cfg,
-                    &t,
-                    &cs,
-                    seed,
-                    &device,
-                    &cache_dir,
-                    Some(&MultiProgress::new()),
-                )?
-            };
-            println!(
-                "cold start {preset}/{task} seed {seed}: {} steps, eval accuracy sampled {:.3}, greedy {:.3}, {:.1}s{}",
-                out.steps,
-                out.accuracy.sampled,
-                out.accuracy.greedy,
-                started.elapsed().as_secs_f64(),
-                if out.from_cache { " (from cache)" } else { "" }
-            );
-            Ok(())
-        }
+        Command::Coldstart(a) => coldstart(&device, a),
         Command::Bench {
             reps,
             layer_only,
             rl,
         } => crate::bench::run(&device, reps, layer_only, rl),
         Command::Learn(args) => crate::learn::run(&device, &args),
-        Command::Experiment {
-            name,
-            regime,
-            jobs: _,
-            steps,
-            seeds,
-            preset,
-            out,
-            quick,
-            arms,
-            specs,
-            cache_dir,
-        } => {
-            let mut spec = find_spec(&specs, &name)?;
-            if quick {
-                spec.seeds.truncate(1);
-                spec.steps = 15;
-                spec.eval_every = 5;
-            }
-            if let Some(s) = steps {
-                spec.steps = s;
-            }
-            if let Some(s) = seeds {
-                spec.seeds = s;
-            }
-            if let Some(p) = preset {
-                spec.preset = p;
-            }
-            if let Some(a) = arms {
-                spec.select_arms(&a)?;
-            }
-            if let Some(r) = regime {
-                spec.select_regimes(&r)?;
-            }
-            spec.validate().context("after command-line overrides")?;
-            let out = out.unwrap_or_else(|| std::path::PathBuf::from("results").join(&spec.name));
-            let stop = Arc::new(AtomicBool::new(false));
-            let flag = stop.clone();
-            let _ = ctrlc::set_handler(move || {
-                if flag.swap(true, Ordering::SeqCst) {
-                    std::process::exit(130);
-                }
-                eprintln!(
-                    "\ninterrupt: finishing the current step, then flushing and reporting (Ctrl-C again to quit now)"
-                );
-            });
-            let opts = RunOptions {
-                jobs,
-                out: out.clone(),
-                device,
-                device_name: cli.device.to_string(),
-                cache_dir,
-                show_progress: true,
-                stop: stop.clone(),
-                on_step: None,
-            };
-            let started = std::time::Instant::now();
-            let statuses = run_experiment(&spec, &opts)?;
-            write_report(&out)?;
-            for s in &statuses {
-                println!(
-                    "{:>10} {:>14} seed {}: {} after {} steps",
-                    s.regime, s.arm, s.seed, s.status, s.steps_done
-                );
-            }
-            println!(
-                "wrote {} ({:.0}s)",
-                out.join("report.md").display(),
-                started.elapsed().as_secs_f64()
-            );
-            if stop.load(Ordering::SeqCst) {
-                bail!(
-                    "interrupted: the data computed so far is in {}",
-                    out.display()
-                );
-            }
-            Ok(())
-        }
+        Command::Experiment(a) => experiment(device, device_name, jobs, a),
         Command::Check {
             update,
             baseline,
@@ -220,7 +84,7 @@ pub fn run(cli: Cli) -> Result<()> {
                 jobs: 1,
                 out: out.clone(),
                 device,
-                device_name: cli.device.to_string(),
+                device_name,
                 cache_dir,
                 show_progress: false,
                 stop: Arc::new(AtomicBool::new(false)),
@@ -241,6 +105,10 @@ pub fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Command::Schema => {
+            println!("{}", crate::metrics::schema::to_json()?);
+            Ok(())
+        }
         Command::Report { dir } => {
             let sums = write_report(&dir)?;
             println!(
@@ -251,6 +119,123 @@ pub fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `driftlab coldstart`: train (or load) one cold start and print its accuracy.
+fn coldstart(device: &Device, a: ColdstartArgs) -> Result<()> {
+    let mut model_cfg = ModelConfig::preset(a.preset, Tokenizer.vocab_size())?;
+    if a.dense {
+        model_cfg.ffn = FfnKind::Dense;
+    }
+    let task_cfg = TaskConfig {
+        kind: a.task,
+        min_len: a.min_len,
+        max_len: a.max_len,
+        ..TaskConfig::default()
+    };
+    let t = Task::new(task_cfg, a.seed)?;
+    let mut cs = ColdStartConfig::default();
+    if let Some(x) = a.target_accuracy {
+        cs.target_accuracy = x;
+    }
+    if let Some(s) = a.max_steps {
+        cs.max_steps = s;
+    }
+    let started = std::time::Instant::now();
+    let mp = MultiProgress::new();
+    let out = if a.no_cache {
+        train(&model_cfg, &t, &cs, a.seed, device, Some(&mp))?
+    } else {
+        load_or_train(&model_cfg, &t, &cs, a.seed, device, &a.cache_dir, Some(&mp))?
+    };
+    println!(
+        "cold start {}/{} seed {}: {} steps, eval accuracy sampled {:.3}, greedy {:.3}, {:.1}s{}",
+        a.preset,
+        a.task,
+        a.seed,
+        out.steps,
+        out.accuracy.sampled,
+        out.accuracy.greedy,
+        started.elapsed().as_secs_f64(),
+        if out.from_cache { " (from cache)" } else { "" }
+    );
+    Ok(())
+}
+
+/// The spec of `driftlab experiment` with the command line's overrides applied.
+fn experiment_spec(a: &ExperimentArgs) -> Result<ExperimentSpec> {
+    let mut spec = find_spec(&a.specs, &a.name)?;
+    if a.quick {
+        spec.seeds.truncate(1);
+        spec.steps = 15;
+        spec.eval_every = 5;
+    }
+    if let Some(s) = a.steps {
+        spec.steps = s;
+    }
+    if let Some(s) = &a.seeds {
+        spec.seeds = s.clone();
+    }
+    if let Some(p) = a.preset {
+        spec.preset = p;
+    }
+    if let Some(arms) = &a.arms {
+        spec.select_arms(arms)?;
+    }
+    if let Some(r) = &a.regime {
+        spec.select_regimes(r)?;
+    }
+    spec.validate().context("after command-line overrides")?;
+    Ok(spec)
+}
+
+/// `driftlab experiment`: run every cell, then the report; Ctrl-C stops after the current step.
+fn experiment(device: Device, device_name: String, jobs: usize, a: ExperimentArgs) -> Result<()> {
+    let spec = experiment_spec(&a)?;
+    let out = a
+        .out
+        .unwrap_or_else(|| std::path::PathBuf::from("results").join(&spec.name));
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let _ = ctrlc::set_handler(move || {
+        if flag.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!(
+            "\ninterrupt: finishing the current step, then flushing and reporting (Ctrl-C again to quit now)"
+        );
+    });
+    let opts = RunOptions {
+        jobs,
+        out: out.clone(),
+        device,
+        device_name,
+        cache_dir: a.cache_dir,
+        show_progress: true,
+        stop: stop.clone(),
+        on_step: None,
+    };
+    let started = std::time::Instant::now();
+    let statuses = run_experiment(&spec, &opts)?;
+    write_report(&out)?;
+    for s in &statuses {
+        println!(
+            "{:>10} {:>14} seed {}: {} after {} steps",
+            s.regime, s.arm, s.seed, s.status, s.steps_done
+        );
+    }
+    println!(
+        "wrote {} ({:.0}s)",
+        out.join("report.md").display(),
+        started.elapsed().as_secs_f64()
+    );
+    if stop.load(Ordering::SeqCst) {
+        bail!(
+            "interrupted: the data computed so far is in {}",
+            out.display()
+        );
+    }
+    Ok(())
 }
 
 fn rayon_threads(n: usize) -> Result<()> {

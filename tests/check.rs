@@ -16,7 +16,7 @@ fn opts(tag: &str) -> RunOptions {
         out,
         device: flex(),
         device_name: "flex".into(),
-        cache_dir: Path::new("results/.cache").into(),
+        cache_dir: Path::new(driftlab::io::DEFAULT_CACHE_DIR).into(),
         show_progress: false,
         jobs: 1,
         stop: Arc::new(AtomicBool::new(false)),

@@ -8,7 +8,7 @@ use driftlab::task::{Task, TaskConfig, Tokenizer};
 
 #[test]
 fn toy_sort_cold_start_reaches_the_band() {
-    let cfg = ModelConfig::preset("toy", Tokenizer.vocab_size()).unwrap();
+    let cfg = ModelConfig::preset(driftlab::model::Preset::Toy, Tokenizer.vocab_size()).unwrap();
     let task = Task::new(TaskConfig::default(), 0).unwrap();
     let cs = ColdStartConfig::default();
     let out = train(&cfg, &task, &cs, 0, &flex(), None).unwrap();

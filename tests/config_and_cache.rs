@@ -13,7 +13,7 @@ fn err(r: anyhow::Result<impl std::fmt::Debug>) -> String {
 #[test]
 fn invalid_configurations_say_what_is_allowed() {
     let v = Tokenizer.vocab_size();
-    let base = ModelConfig::preset("tiny", v).unwrap();
+    let base = ModelConfig::preset(driftlab::model::Preset::Tiny, v).unwrap();
     let e = err(ModelConfig {
         top_k: 5,
         ..base.clone()
@@ -38,7 +38,7 @@ fn invalid_configurations_say_what_is_allowed() {
         e.contains("does not divide") && e.contains("[1, 2, 4, 8, 16, 32]"),
         "{e}"
     );
-    let e = err(ModelConfig::preset("toyy", v));
+    let e = err(driftlab::model::Preset::parse("toyy"));
     assert!(
         e.contains("unknown preset 'toyy'")
             && e.contains("tiny, toy, small, deep, medium")
@@ -59,7 +59,7 @@ fn invalid_configurations_say_what_is_allowed() {
         0,
     ));
     assert!(e.contains("min_len"), "{e}");
-    for p in driftlab::model::PRESETS {
+    for &p in driftlab::model::Preset::ALL {
         ModelConfig::preset(p, v).unwrap();
     }
 }
@@ -79,7 +79,7 @@ fn checkpoint_round_trips_and_rejects_corruption() {
     let mut flipped = bytes.clone();
     flipped[100] ^= 0x40;
     assert!(err(Weights::from_bytes(&model.cfg, &flipped, &flex())).contains("checksum"));
-    let other = ModelConfig::preset("toy", Tokenizer.vocab_size()).unwrap();
+    let other = ModelConfig::preset(driftlab::model::Preset::Toy, Tokenizer.vocab_size()).unwrap();
     assert!(
         Weights::from_bytes(&other, &bytes, &flex()).is_err(),
         "a checkpoint of another shape is rejected"

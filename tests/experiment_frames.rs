@@ -4,7 +4,9 @@ mod common;
 use common::flex;
 use driftlab::coldstart::ColdStartConfig;
 use driftlab::experiment::{ArmSpec, ExperimentSpec, RunOptions, run_experiment};
-use driftlab::metrics::frames::{f64_col, i64_col, read_parquet};
+use driftlab::io::read_parquet;
+use driftlab::metrics::frames::{f64_col, i64_col};
+use driftlab::model::{FfnKind, Preset};
 use driftlab::report::{PLOTS, write_report};
 use driftlab::rl::{Algorithm, DriftInjection, GrpoConfig, GspoConfig, RlConfig, RoutingMode};
 use driftlab::task::TaskConfig;
@@ -17,7 +19,8 @@ fn spec(steps: usize) -> ExperimentSpec {
     ExperimentSpec {
         name: "tiny_test".into(),
         description: "integration test".into(),
-        preset: "tiny".into(),
+        preset: Preset::Tiny,
+        model: Default::default(),
         task: TaskConfig {
             min_len: 2,
             max_len: 5,
@@ -28,7 +31,6 @@ fn spec(steps: usize) -> ExperimentSpec {
         steps,
         eval_every: 2,
         flush_every: 1,
-        target_reward: 0.5,
         rl: RlConfig {
             batch_prompts: 4,
             group_size: 4,
@@ -45,18 +47,18 @@ fn spec(steps: usize) -> ExperimentSpec {
         },
         collapse: Default::default(),
         arms: vec![
-            ArmSpec {
-                name: "grpo_r2".into(),
-                algorithm: Algorithm::Grpo(GrpoConfig::default()),
-                routing: RoutingMode::R2,
-                ffn: Default::default(),
-            },
-            ArmSpec {
-                name: "gspo".into(),
-                algorithm: Algorithm::Gspo(GspoConfig::default()),
-                routing: RoutingMode::Native,
-                ffn: Default::default(),
-            },
+            ArmSpec::new(
+                "grpo_r2",
+                Algorithm::Grpo(GrpoConfig::default()),
+                RoutingMode::R2,
+                FfnKind::Moe,
+            ),
+            ArmSpec::new(
+                "gspo",
+                Algorithm::Gspo(GspoConfig::default()),
+                RoutingMode::Native,
+                FfnKind::Moe,
+            ),
         ],
         regimes: vec![],
     }
@@ -76,16 +78,6 @@ fn opts(tag: &str) -> RunOptions {
         on_step: None,
     }
 }
-
-const IDENTITY: &[&str] = &[
-    "experiment",
-    "regime",
-    "arm",
-    "algorithm",
-    "routing",
-    "seed",
-    "step",
-];
 
 #[test]
 fn three_steps_two_arms_two_seeds_write_readable_frames_and_a_report() {
@@ -111,18 +103,28 @@ fn three_steps_two_arms_two_seeds_write_readable_frames_and_a_report() {
         2 * 2 * 3 * 2 * 2,
         "two MoE layers per update"
     );
-    for df in [&steps, &updates, &layers, &events] {
-        let names: Vec<String> = df
-            .get_column_names()
-            .iter()
-            .map(|s| s.to_string())
+    // Every frame has exactly the columns of its schema, in order, with the schema's dtypes.
+    for (df, frame) in [&steps, &updates, &layers, &events]
+        .into_iter()
+        .zip(driftlab::metrics::schema::frames())
+    {
+        let want: Vec<(&str, DataType)> = frame
+            .columns()
+            .map(|c| {
+                let dtype = match c.dtype {
+                    driftlab::metrics::schema::Dtype::Str => DataType::String,
+                    driftlab::metrics::schema::Dtype::Int => DataType::Int64,
+                    driftlab::metrics::schema::Dtype::Float => DataType::Float64,
+                };
+                (c.name, dtype)
+            })
             .collect();
-        for id in IDENTITY {
-            assert!(
-                names.contains(&id.to_string()),
-                "missing identity column {id} in {names:?}"
-            );
-        }
+        let got: Vec<(&str, DataType)> = df
+            .columns()
+            .iter()
+            .map(|c| (c.name().as_str(), c.dtype().clone()))
+            .collect();
+        assert_eq!(got, want, "{}", frame.name);
     }
     let expect = |df: &polars::prelude::DataFrame, cols: &[&str]| {
         for c in cols {
@@ -234,7 +236,7 @@ fn three_steps_two_arms_two_seeds_write_readable_frames_and_a_report() {
         md.contains("## Findings") && md.contains("**(d) GSPO clips far more tokens than GRPO**")
     );
     assert!(
-        md.contains("not measured (needs arms `grpo`, `grpo_r2`, `grpo_r3`)"),
+        md.contains("not measured (needs GRPO arms with native, r2 and r3 routing)"),
         "absent arms are said to be absent"
     );
     assert!(
@@ -420,17 +422,16 @@ fn a_regime_can_run_a_subset_of_the_arms() {
 fn router_only_knobs_leave_a_dense_model_untouched() {
     use driftlab::experiment::RegimeSpec;
     use driftlab::metrics::frames::str_col;
-    use driftlab::model::FfnKind;
     use driftlab::rl::Mismatch;
     let mut s = spec(2);
     s.seeds = vec![0];
     s.rl.drift_injection = None;
-    s.arms = vec![ArmSpec {
-        name: "dense".into(),
-        algorithm: Algorithm::Grpo(GrpoConfig::default()),
-        routing: RoutingMode::Native,
-        ffn: FfnKind::Dense,
-    }];
+    s.arms = vec![ArmSpec::new(
+        "dense",
+        Algorithm::Grpo(GrpoConfig::default()),
+        RoutingMode::Native,
+        FfnKind::Dense,
+    )];
     s.regimes = vec![
         RegimeSpec {
             name: "natural".into(),
@@ -561,7 +562,7 @@ fn the_summary_counts_every_event_under_its_regime() {
 
 #[test]
 fn summaries_do_not_depend_on_the_order_cells_flushed_in() {
-    use driftlab::metrics::frames::write_parquet;
+    use driftlab::io::write_parquet;
     use driftlab::report::{load_frames, summarize};
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results/moe_drift");
     let tmp = std::env::temp_dir().join(format!("driftlab-reversed-{}", std::process::id()));

@@ -85,7 +85,7 @@ fn kinds(det: &mut CollapseDetector, stream: Vec<StepSignals>) -> Vec<(String, u
     stream
         .iter()
         .flat_map(|s| det.observe(s))
-        .map(|e| (e.kind, e.step))
+        .map(|e| (e.kind.name().to_string(), e.step))
         .collect()
 }
 

@@ -16,17 +16,7 @@ fn replaying_the_native_trace_gives_identical_logits() {
     let batch = batch_of(&problems(&task, 6, 3));
     let native = model.forward(&batch, &ForwardOptions::default());
     let routes: Vec<Vec<u16>> = native.traces.iter().map(|t| t.native.clone()).collect();
-    let opts = ForwardOptions {
-        routing: routes
-            .iter()
-            .map(|r| LayerRouting {
-                forced: Some(r),
-                logit_offset: None,
-            })
-            .collect(),
-        want_probs: false,
-        ..Default::default()
-    };
+    let opts = ForwardOptions::replay(&routes);
     let replay = model.forward(&batch, &opts);
     let d = max_abs(&to_vec(native.logits), &to_vec(replay.logits));
     assert!(d <= 1e-6, "replay changed logits by {d}");
@@ -52,17 +42,7 @@ fn forcing_other_ids_changes_output_and_still_reports_native() {
         .iter()
         .map(|t| t.native.iter().map(|&i| (i + 1) % e).collect())
         .collect();
-    let opts = ForwardOptions {
-        routing: shifted
-            .iter()
-            .map(|r| LayerRouting {
-                forced: Some(r),
-                logit_offset: None,
-            })
-            .collect(),
-        want_probs: false,
-        ..Default::default()
-    };
+    let opts = ForwardOptions::replay(&shifted);
     let forced = model.forward(&batch, &opts);
     let d = max_abs(&to_vec(native.logits), &to_vec(forced.logits));
     assert!(
@@ -94,7 +74,7 @@ fn hand_layer(norm_topk: bool) -> (ModelConfig, MoeWeights, Tensor<2>) {
     let router = floats(vec![0.0, l2, l3, l3, 0.0, 0.0], [2, 3], &device);
     let w1 = floats(vec![1.0, 0.5, 0.3, 0.7], [2, 2], &device);
     let w3 = floats(vec![2.0, -1.0, 1.5, 0.2], [2, 2], &device);
-    let w2 = vec![0.4f32, -0.2, 0.1, 0.9];
+    let w2 = [0.4f32, -0.2, 0.1, 0.9];
     let experts = (0..3)
         .map(|e| SwiGlu {
             w1: w1.clone(),
@@ -210,17 +190,7 @@ fn router_gets_gradient_under_forced_routing() {
         .map(|t| t.native.iter().map(|&i| (i + 2) % e).collect())
         .collect();
     let train = model.require_grad();
-    let opts = ForwardOptions {
-        routing: shifted
-            .iter()
-            .map(|r| LayerRouting {
-                forced: Some(r),
-                logit_offset: None,
-            })
-            .collect(),
-        want_probs: false,
-        ..Default::default()
-    };
+    let opts = ForwardOptions::replay(&shifted);
     let out = train.forward(&batch, &opts);
     let grads = out.logits.powi_scalar(2).mean().backward();
     for (l, blk) in train.weights.blocks.iter().enumerate() {

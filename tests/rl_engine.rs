@@ -65,7 +65,7 @@ fn trainer(cfg: RlConfig, seed: u64) -> Trainer {
 #[test]
 fn every_objective_and_routing_mode_trains_every_parameter() {
     for alg in Algorithm::all_defaults() {
-        for routing in RoutingMode::ALL {
+        for &routing in RoutingMode::ALL {
             let mut cfg = tiny_rl(alg.clone(), routing);
             cfg.optimizer.lr = 1e-2;
             let mut t = trainer(cfg, 3);
@@ -229,7 +229,8 @@ fn drift_injection_keeps_the_first_minibatch_on_policy() {
 
 #[test]
 fn calibrated_drift_injection_hits_its_target_on_toy() {
-    let model_cfg = ModelConfig::preset("toy", Tokenizer.vocab_size()).unwrap();
+    let model_cfg =
+        ModelConfig::preset(driftlab::model::Preset::Toy, Tokenizer.vocab_size()).unwrap();
     let task = Task::new(TaskConfig::default(), 1).unwrap();
     let cfg = RlConfig {
         drift_injection: Some(DriftInjection::TargetExpertFrac { target: 0.10 }),

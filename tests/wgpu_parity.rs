@@ -6,7 +6,7 @@
 mod common;
 use common::*;
 use driftlab::device::DeviceChoice;
-use driftlab::model::{ForwardOptions, LayerRouting, Model, Weights};
+use driftlab::model::{ForwardOptions, Model, Weights};
 use driftlab::tensors::to_vec;
 
 #[test]
@@ -25,20 +25,7 @@ fn wgpu_cpu_forward_and_backward_match_flex() {
 
     let run = |m: &Model, routes: Option<&Vec<Vec<u16>>>| {
         let train = m.require_grad();
-        let opts = ForwardOptions {
-            routing: routes
-                .map(|r| {
-                    r.iter()
-                        .map(|x| LayerRouting {
-                            forced: Some(x),
-                            logit_offset: None,
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
-            want_probs: false,
-            ..Default::default()
-        };
+        let opts = routes.map_or_else(ForwardOptions::default, |r| ForwardOptions::replay(r));
         let out = train.forward(&batch, &opts);
         let native: Vec<Vec<u16>> = out.traces.iter().map(|t| t.native.clone()).collect();
         let logits = to_vec(out.logits.clone().inner());

@@ -1,25 +1,32 @@
-//! Runs every (arm, seed) cell of an experiment, streaming metric rows into frames that are
-//! flushed to Parquet every few steps, so an interrupted run keeps what it computed.
+//! Runs every (regime, arm, seed) cell of an experiment, streaming metric rows into frames that
+//! are flushed to Parquet every few steps, so an interrupted run keeps what it computed.
 
-use super::spec::{ArmSpec, ExperimentSpec, RegimeSpec};
-use crate::coldstart::{load_or_train, write_atomic};
+use super::cell::CellConfig;
+use super::spec::ExperimentSpec;
+use crate::coldstart::{ColdStart, load_or_train};
 use crate::generate::Sampling;
+use crate::io::write_json;
 use crate::metrics::collapse::{CollapseDetector, StepSignals};
-use crate::metrics::frames::{Frame, write_parquet};
+use crate::metrics::frames::Frames;
 use crate::metrics::rows::{
-    CellId, Shape, Val, layer_rows, mismatch_stats, step_loads, step_row, update_row,
+    CellId, Shape, event_row, layer_rows, mismatch_stats, ratio_tok_max, step_loads, step_row,
+    update_row,
 };
-use crate::rl::Trainer;
+use crate::parallel::work_queue;
+use crate::rl::{StepOutput, Trainer};
 use crate::task::Task;
 use anyhow::{Context, Result};
 use burn::tensor::Device;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use rand::SeedableRng;
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A callback after every completed step, with (arm, seed, step).
+pub type OnStep = Box<dyn Fn(&str, u64, usize) + Send + Sync>;
 
 /// How a run is carried out (not part of the experiment's identity).
 pub struct RunOptions {
@@ -33,7 +40,25 @@ pub struct RunOptions {
     /// Cells run at once (each on its own thread).
     pub jobs: usize,
     /// Called after every completed step with (arm, seed, step).
-    pub on_step: Option<Box<dyn Fn(&str, u64, usize) + Send + Sync>>,
+    pub on_step: Option<OnStep>,
+}
+
+crate::named_enum! {
+    /// How a cell ended.
+    pub enum CellState("cell status") {
+        /// Every step ran.
+        Ok = "ok",
+        /// `non_finite_stop` non-finite updates in a row.
+        Collapsed = "collapsed",
+        /// Interrupted (Ctrl-C) before its last step; the rows it wrote are kept.
+        Stopped = "stopped",
+    }
+}
+
+impl PartialEq<&str> for CellState {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
+    }
 }
 
 /// Final state of one cell.
@@ -42,82 +67,17 @@ pub struct CellStatus {
     pub regime: String,
     pub arm: String,
     pub seed: u64,
-    /// `ok`, `collapsed` (non-finite updates in a row) or `stopped` (interrupted).
-    pub status: String,
+    pub status: CellState,
     pub steps_done: usize,
     pub coldstart_accuracy: f64,
     pub drift_sigma: Option<f64>,
 }
 
-/// The four frames of a run.
-#[derive(Default)]
-pub struct Frames {
-    pub steps: Frame,
-    pub updates: Frame,
-    pub layers: Frame,
-    pub events: Frame,
-}
-
-impl Frames {
-    /// Rewrite every frame under `dir` (atomically, file by file).
-    pub fn flush(&self, dir: &Path) -> Result<()> {
-        for (name, f) in [
-            ("steps", &self.steps),
-            ("updates", &self.updates),
-            ("layers", &self.layers),
-            ("events", &self.events),
-        ] {
-            let mut df = if f.is_empty() && name == "events" {
-                empty_events()?
-            } else {
-                f.to_df()?
-            };
-            write_parquet(&mut df, &dir.join(format!("{name}.parquet")))?;
-        }
-        Ok(())
-    }
-}
-
-fn empty_events() -> Result<polars::prelude::DataFrame> {
-    use polars::prelude::*;
-    let s = |n: &str| Column::new(n.into(), Vec::<String>::new());
-    let i = |n: &str| Column::new(n.into(), Vec::<i64>::new());
-    let f = |n: &str| Column::new(n.into(), Vec::<Option<f64>>::new());
-    Ok(DataFrame::new(
-        0,
-        vec![
-            s("experiment"),
-            s("regime"),
-            s("arm"),
-            s("algorithm"),
-            s("routing"),
-            i("seed"),
-            i("step"),
-            s("kind"),
-            f("value"),
-            f("threshold"),
-            s("detail"),
-        ],
-    )?)
-}
-
-fn event_row(id: &CellId, e: &crate::metrics::collapse::Event) -> crate::metrics::rows::Row {
-    let mut row = id.row(e.step);
-    row.extend([
-        ("kind", Val::S(e.kind.clone())),
-        ("value", Val::F(e.value.is_finite().then_some(e.value))),
-        (
-            "threshold",
-            Val::F(e.threshold.is_finite().then_some(e.threshold)),
-        ),
-        ("detail", Val::S(e.detail.clone())),
-    ]);
-    row
-}
-
+/// `config.json`: every cell's resolved configuration, and the spec they came from.
 #[derive(Serialize)]
 struct RunConfig<'a> {
     spec: &'a ExperimentSpec,
+    cells: &'a [CellConfig],
     crate_version: &'static str,
     git_commit: Option<String>,
     device: &'a str,
@@ -149,6 +109,7 @@ pub fn greedy_eval(model: &crate::model::Model, task: &Task) -> f64 {
 /// Run the experiment; returns the status of every cell. Frames, `config.json` and
 /// `status.json` are written under `opts.out`.
 pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<CellStatus>> {
+    let cells = spec.resolve(&opts.device_name)?;
     std::fs::create_dir_all(&opts.out).with_context(|| {
         format!(
             "cannot create output folder {} (is it writable?)",
@@ -161,24 +122,21 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
         .unwrap_or(0);
     let cfg = RunConfig {
         spec,
+        cells: &cells,
         crate_version: env!("CARGO_PKG_VERSION"),
         git_commit: git_commit(),
         device: &opts.device_name,
         start_unix,
     };
-    write_atomic(
-        &opts.out.join("config.json"),
-        serde_json::to_string_pretty(&cfg)?.as_bytes(),
-    )
-    .with_context(|| format!("cannot write into {}", opts.out.display()))?;
+    write_json(&opts.out.join("config.json"), &cfg)
+        .with_context(|| format!("cannot write into {}", opts.out.display()))?;
 
     let mp = if opts.show_progress {
         MultiProgress::new()
     } else {
         MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden())
     };
-    let cells = spec.cells();
-    let total = (cells.len() * spec.steps) as u64;
+    let total = cells.iter().map(|c| c.steps as u64).sum();
     let overall = mp.add(ProgressBar::new(total));
     overall.set_style(
         ProgressStyle::with_template("{prefix:>10} {bar:30} {pos}/{len} steps [{elapsed}<{eta}]")
@@ -186,48 +144,48 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
     );
     overall.set_prefix(spec.name.clone());
 
-    // Cold starts first, `jobs` at a time: cells of the same seed and FFN share one cached
-    // model, and each cold start is deterministic whichever worker trains it.
-    let mut keys = Vec::new();
-    for (_, arm, seed) in &cells {
-        let key = (arm.ffn == crate::model::FfnKind::Dense, *seed);
-        if !keys.iter().any(|(k, _, _)| *k == key) {
-            keys.push((key, arm, *seed));
+    // Cold starts first, `jobs` at a time: cells with the same model, task, cold-start
+    // settings and seed share one cached model, and each cold start is deterministic whichever
+    // worker trains it.
+    let mut firsts: Vec<&CellConfig> = Vec::new();
+    for c in &cells {
+        if !firsts
+            .iter()
+            .any(|f| f.coldstart_key() == c.coldstart_key())
+        {
+            firsts.push(c);
         }
     }
-    parallel(keys.len(), opts.jobs, |i| {
+    work_queue(firsts.len(), opts.jobs, |i| {
         if opts.stop.load(Ordering::SeqCst) {
             return Ok(());
         }
-        cold_start(spec, keys[i].1, keys[i].2, opts, &mp).map(|_| ())
+        cold_start(firsts[i], opts, &mp).map(|_| ())
     })?;
 
     // Cells in parallel (`jobs` workers); each cell's numbers do not depend on the schedule.
     let frames = Mutex::new(Frames::default());
     let statuses: Mutex<Vec<Option<CellStatus>>> = Mutex::new(vec![None; cells.len()]);
-    parallel(cells.len(), opts.jobs, |i| {
-        let (regime, arm, seed) = (&cells[i].0, &cells[i].1, cells[i].2);
+    work_queue(cells.len(), opts.jobs, |i| {
+        let cell = &cells[i];
         let st = if opts.stop.load(Ordering::SeqCst) {
             CellStatus {
-                regime: regime.name.clone(),
-                arm: arm.name.clone(),
-                seed,
-                status: "stopped".into(),
+                regime: cell.regime.clone(),
+                arm: cell.arm.clone(),
+                seed: cell.seed,
+                status: CellState::Stopped,
                 steps_done: 0,
                 coldstart_accuracy: f64::NAN,
                 drift_sigma: None,
             }
         } else {
-            run_cell(spec, regime, arm, seed, opts, &frames, &mp, &overall)?
+            run_cell(cell, opts, &frames, &mp, &overall)?
         };
         let mut all = statuses.lock().expect("status lock");
         all[i] = Some(st);
         frames.lock().expect("frames lock").flush(&opts.out)?;
         let done: Vec<&CellStatus> = all.iter().flatten().collect();
-        write_atomic(
-            &opts.out.join("status.json"),
-            serde_json::to_string_pretty(&done)?.as_bytes(),
-        )
+        write_json(&opts.out.join("status.json"), &done)
     })?;
     let statuses: Vec<CellStatus> = statuses
         .into_inner()
@@ -239,173 +197,135 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
     Ok(statuses)
 }
 
-/// The arm's model configuration, the seed's task, and its (cached) cold start.
-/// `work(0..n)` on `jobs` threads, each taking the next index; the first error stops further
-/// pickups and is returned once the running items end.
-fn parallel(n: usize, jobs: usize, work: impl Fn(usize) -> Result<()> + Sync) -> Result<()> {
-    let next = AtomicUsize::new(0);
-    let failed: Mutex<Option<anyhow::Error>> = Mutex::new(None);
-    let abort = AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        for _ in 0..jobs.max(1).min(n) {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::SeqCst);
-                    if i >= n || abort.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    if let Err(e) = work(i) {
-                        abort.store(true, Ordering::SeqCst);
-                        failed.lock().expect("error lock").get_or_insert(e);
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    match failed.into_inner().expect("error lock") {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
-}
-
+/// The cell's task and its (cached) cold start.
 fn cold_start(
-    spec: &ExperimentSpec,
-    arm: &ArmSpec,
-    seed: u64,
+    cell: &CellConfig,
     opts: &RunOptions,
     mp: &MultiProgress,
-) -> Result<(crate::model::ModelConfig, Task, crate::coldstart::ColdStart)> {
-    let model_cfg = spec.model_config(arm)?;
-    let task = Task::new(spec.task.clone(), seed)?;
+) -> Result<(Task, ColdStart)> {
+    let task = Task::new(cell.task.clone(), cell.seed)?;
     let cs = load_or_train(
-        &model_cfg,
+        &cell.model,
         &task,
-        &spec.coldstart,
-        seed,
+        &cell.coldstart,
+        cell.seed,
         &opts.device,
         &opts.cache_dir,
         Some(mp),
     )?;
-    Ok((model_cfg, task, cs))
+    Ok((task, cs))
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What the collapse detector reads from one step.
+fn signals(out: &StepOutput, shape: Shape) -> StepSignals {
+    let mut s = StepSignals {
+        step: out.step,
+        reward_mean: out.rewards.iter().map(|&r| f64::from(r)).sum::<f64>()
+            / out.rewards.len().max(1) as f64,
+        entropy: f64::from(out.entropy),
+        loads: if shape.moe {
+            step_loads(out, shape)
+        } else {
+            Vec::new()
+        },
+        mismatch_extreme_frac: mismatch_stats(out).1,
+        ..StepSignals::default()
+    };
+    for u in &out.updates {
+        s.ratio_tok_max = s.ratio_tok_max.max(ratio_tok_max(&u.stats.ratio_tok));
+        s.skipped.push(!u.applied);
+        if u.applied {
+            s.grad_norms.push(f64::from(u.grad_norm));
+        }
+    }
+    s
+}
+
+/// Append one step's rows (step, updates, layers, events) to the frames, flushing every
+/// `flush_every` steps of the cell.
+fn record_step(
+    cell: &CellConfig,
+    id: &CellId,
+    out: &StepOutput,
+    eval: Option<f64>,
+    detector: &mut CollapseDetector,
+    frames: &Mutex<Frames>,
+    opts: &RunOptions,
+) -> Result<f64> {
+    let shape = Shape {
+        k: cell.model.top_k,
+        n_experts: cell.model.n_experts,
+        moe: cell.model.is_moe(),
+    };
+    let sig = signals(out, shape);
+    let events = detector.observe(&sig);
+    let mut f = frames.lock().expect("frames lock");
+    f.steps
+        .push(step_row(id, out, eval, shape, cell.rl.group_size))?;
+    for u in &out.updates {
+        f.updates.push(update_row(id, out.step, u, shape))?;
+        for r in layer_rows(id, out.step, u, shape) {
+            f.layers.push(r)?;
+        }
+    }
+    for e in &events {
+        f.events.push(event_row(id, e))?;
+    }
+    if (out.step + 1).is_multiple_of(cell.flush_every) {
+        f.flush(&opts.out)?;
+    }
+    Ok(sig.reward_mean)
+}
+
 fn run_cell(
-    spec: &ExperimentSpec,
-    regime: &RegimeSpec,
-    arm: &ArmSpec,
-    seed: u64,
+    cell: &CellConfig,
     opts: &RunOptions,
     frames: &Mutex<Frames>,
     mp: &MultiProgress,
     overall: &ProgressBar,
 ) -> Result<CellStatus> {
-    let (model_cfg, task, cs) = cold_start(spec, arm, seed, opts, mp)?;
-    let mut rl = regime.apply(&spec.rl);
-    rl.algorithm = arm.algorithm.clone();
-    rl.routing = arm.routing;
-    rl.total_steps = spec.steps;
-    if !model_cfg.is_moe() {
-        rl.drift_injection = None;
-    }
-    let mut trainer = Trainer::new(rl, cs.model, task, seed)
-        .with_context(|| format!("arm '{}' seed {seed}", arm.name))?;
-    let id = CellId {
-        experiment: spec.name.clone(),
-        regime: regime.name.clone(),
-        arm: arm.name.clone(),
-        algorithm: arm.algorithm.name().into(),
-        routing: arm.routing.name().into(),
-        seed,
-    };
-    let shape = Shape {
-        k: model_cfg.top_k,
-        n_experts: model_cfg.n_experts,
-        moe: model_cfg.is_moe(),
-    };
-    let mut detector = CollapseDetector::new(spec.collapse.clone());
-    let bar = mp.add(ProgressBar::new(spec.steps as u64));
+    let (task, cs) = cold_start(cell, opts, mp)?;
+    let (arm, seed) = (&cell.arm, cell.seed);
+    let mut trainer = Trainer::new(cell.rl.clone(), cs.model, task, seed)
+        .with_context(|| format!("arm '{arm}' seed {seed}"))?;
+    let id = cell.id();
+    let mut detector = CollapseDetector::new(cell.collapse.clone());
+    let bar = mp.add(ProgressBar::new(cell.steps as u64));
     bar.set_style(
         ProgressStyle::with_template("{prefix:>10} {bar:30} {pos}/{len} {msg}").expect("template"),
     );
-    bar.set_prefix(format!("{} s{seed}", arm.name));
-    let mut status = "ok";
+    bar.set_prefix(format!("{arm} s{seed}"));
+    let mut status = CellState::Ok;
     let mut done = 0;
-    for step in 0..spec.steps {
+    for step in 0..cell.steps {
         if opts.stop.load(Ordering::SeqCst) {
-            status = "stopped";
+            status = CellState::Stopped;
             break;
         }
         let out = trainer.step();
-        let eval = (step == 0 || (step + 1) % spec.eval_every == 0 || step + 1 == spec.steps)
+        let last = step + 1 == cell.steps;
+        let eval = (step == 0 || (step + 1) % cell.eval_every == 0 || last)
             .then(|| greedy_eval(&trainer.model, &trainer.task));
-        let step_r = step_row(&id, &out, eval, shape, spec.rl.group_size);
-        let (mut update_rs, mut layer_rs) = (Vec::new(), Vec::new());
-        let mut signals = StepSignals {
-            step,
-            reward_mean: out.rewards.iter().map(|&r| f64::from(r)).sum::<f64>()
-                / out.rewards.len().max(1) as f64,
-            entropy: f64::from(out.entropy),
-            loads: if shape.moe {
-                step_loads(&out, shape)
-            } else {
-                Vec::new()
-            },
-            ..StepSignals::default()
-        };
-        signals.mismatch_extreme_frac = mismatch_stats(&out).1;
-        for u in &out.updates {
-            update_rs.push(update_row(&id, step, u, shape));
-            layer_rs.extend(layer_rows(&id, step, u, shape));
-            signals.ratio_tok_max = signals
-                .ratio_tok_max
-                .max(u.stats.ratio_tok.iter().copied().fold(0.0, f32::max) as f64);
-            signals.skipped.push(!u.applied);
-            if u.applied {
-                signals.grad_norms.push(f64::from(u.grad_norm));
-            }
-        }
-        let event_rs: Vec<_> = detector
-            .observe(&signals)
-            .iter()
-            .map(|e| event_row(&id, e))
-            .collect();
+        let reward = record_step(cell, &id, &out, eval, &mut detector, frames, opts)?;
         done = step + 1;
-        {
-            let mut f = frames.lock().expect("frames lock");
-            f.steps.push(step_r)?;
-            for r in update_rs {
-                f.updates.push(r)?;
-            }
-            for r in layer_rs {
-                f.layers.push(r)?;
-            }
-            for r in event_rs {
-                f.events.push(r)?;
-            }
-            if done % spec.flush_every == 0 {
-                f.flush(&opts.out)?;
-            }
-        }
-        bar.set_message(format!("reward {:.3}", signals.reward_mean));
+        bar.set_message(format!("reward {reward:.3}"));
         bar.inc(1);
         overall.inc(1);
         if let Some(f) = &opts.on_step {
-            f(&arm.name, seed, step);
+            f(arm, seed, step);
         }
         if detector.collapsed {
-            status = "collapsed";
+            status = CellState::Collapsed;
             break;
         }
     }
-    overall.inc((spec.steps - done) as u64);
+    overall.inc((cell.steps - done) as u64);
     bar.finish_and_clear();
     Ok(CellStatus {
-        regime: regime.name.clone(),
-        arm: arm.name.clone(),
+        regime: cell.regime.clone(),
+        arm: arm.clone(),
         seed,
-        status: status.into(),
+        status,
         steps_done: done,
         coldstart_accuracy: cs.accuracy.sampled,
         drift_sigma: trainer.drift_sigma,

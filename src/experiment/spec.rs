@@ -1,16 +1,19 @@
-//! Experiment specs: `experiments/<name>.toml` → a validated [`ExperimentSpec`].
+//! Experiment specs: `experiments/<name>.toml` → a validated [`ExperimentSpec`]. What each
+//! cell runs is resolved from it once, in [`super::cell`].
 
 use crate::coldstart::ColdStartConfig;
 use crate::metrics::collapse::CollapseConfig;
-use crate::model::{FfnKind, ModelConfig, PRESETS};
+use crate::model::{FfnKind, Preset};
+use crate::names::unknown;
 use crate::rl::{Algorithm, DriftInjection, Mismatch, RlConfig, RoutingMode};
-use crate::task::{TaskConfig, Tokenizer};
-use crate::util::suggest;
+use crate::task::TaskConfig;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 use std::path::Path;
 
-/// One arm: an objective and a routing mode (plus an optional dense FFN for the control).
+/// One arm: an objective and a routing mode (plus an optional dense FFN for the control), and
+/// optionally its own values of any `[rl]` or `[model]` key.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ArmSpec {
@@ -21,6 +24,28 @@ pub struct ArmSpec {
     /// `dense` for the control arm; default `moe`.
     #[serde(default)]
     pub ffn: FfnKind,
+    /// `[rl]` keys this arm sets for itself (e.g. `rl = { tis = { cap = 2.0 } }`), applied
+    /// after the spec's `[rl]` and the regime's overrides, validated like `[rl]`.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub rl: Map<String, Value>,
+    /// Model keys this arm sets for itself (e.g. `model = { n_layers = 4 }`), applied after the
+    /// preset and the spec's `[model]`.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub model: Map<String, Value>,
+}
+
+impl ArmSpec {
+    /// An arm with no overrides.
+    pub fn new(name: &str, algorithm: Algorithm, routing: RoutingMode, ffn: FfnKind) -> Self {
+        ArmSpec {
+            name: name.into(),
+            algorithm,
+            routing,
+            ffn,
+            rl: Map::new(),
+            model: Map::new(),
+        }
+    }
 }
 
 /// A named block of overrides on the shared RL settings (DESIGN §6, §9): every arm runs in every
@@ -86,7 +111,10 @@ pub struct ExperimentSpec {
     pub name: String,
     pub description: String,
     #[serde(default = "default_preset")]
-    pub preset: String,
+    pub preset: Preset,
+    /// Model keys set on top of the preset for every arm (`[model] n_layers = 8`).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub model: Map<String, Value>,
     #[serde(default)]
     pub task: TaskConfig,
     pub seeds: Vec<u64>,
@@ -97,9 +125,8 @@ pub struct ExperimentSpec {
     /// Frames are rewritten on disk every this many steps of a cell.
     #[serde(default = "default_flush_every")]
     pub flush_every: usize,
-    /// Reward (EMA 0.9) whose first crossing is reported as `steps_to_target`.
-    #[serde(default = "default_target_reward")]
-    pub target_reward: f64,
+    /// RL settings shared by every arm. The keys an arm owns (`algorithm`, `routing`) and the
+    /// derived `total_steps` (= `steps`) are rejected here by [`ExperimentSpec::from_toml`].
     #[serde(default)]
     pub rl: RlConfig,
     #[serde(default)]
@@ -112,8 +139,8 @@ pub struct ExperimentSpec {
     pub regimes: Vec<RegimeSpec>,
 }
 
-fn default_preset() -> String {
-    "toy".into()
+fn default_preset() -> Preset {
+    Preset::Toy
 }
 fn default_eval_every() -> usize {
     10
@@ -121,12 +148,74 @@ fn default_eval_every() -> usize {
 fn default_flush_every() -> usize {
     5
 }
-fn default_target_reward() -> f64 {
-    0.5
+
+/// Keys that belong to each arm, and where a spec file may not set them instead.
+const ARM_OWNED: &[&str] = &["algorithm", "routing", "ffn"];
+
+/// Reject keys given at a level that does not own them, naming the key and where it belongs:
+/// an arm's `algorithm`, `routing` and `ffn` anywhere but in `[[arms]]`, and `total_steps`,
+/// which every cell takes from `steps`.
+fn check_key_levels(doc: &toml::Table) -> Result<()> {
+    let owned = |table: Option<&toml::Value>, at: &str, keys: &[&str]| -> Result<()> {
+        let Some(t) = table.and_then(toml::Value::as_table) else {
+            return Ok(());
+        };
+        if let Some(k) = keys.iter().find(|k| t.contains_key(**k)) {
+            bail!(
+                "key '{at}{k}' is set by each arm: give it in every [[arms]] entry (`{k} = ...`), not in {}",
+                if at.is_empty() {
+                    "the top level".to_string()
+                } else {
+                    format!("[{}]", at.trim_end_matches('.'))
+                }
+            );
+        }
+        Ok(())
+    };
+    let root = toml::Value::Table(doc.clone());
+    owned(Some(&root), "", ARM_OWNED)?;
+    owned(doc.get("rl"), "rl.", ARM_OWNED)?;
+    owned(doc.get("model"), "model.", ARM_OWNED)?;
+    for r in doc
+        .get("regimes")
+        .and_then(|v| v.as_array())
+        .into_iter()
+        .flatten()
+    {
+        owned(Some(r), "regimes.", ARM_OWNED)?;
+    }
+    for a in doc
+        .get("arms")
+        .and_then(|v| v.as_array())
+        .into_iter()
+        .flatten()
+    {
+        let name = a.get("name").and_then(|n| n.as_str()).unwrap_or("?");
+        for (table, key) in [("rl", "algorithm"), ("rl", "routing"), ("model", "ffn")] {
+            if a.get(table).and_then(|t| t.get(key)).is_some() {
+                bail!("arm '{name}', key '{table}.{key}': set the arm's own `{key}` key instead");
+            }
+        }
+    }
+    let steps_in = |t: Option<&toml::Value>| t.and_then(|t| t.get("total_steps")).is_some();
+    if steps_in(doc.get("rl"))
+        || doc
+            .get("arms")
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+            .any(|a| steps_in(a.get("rl")))
+    {
+        bail!("key 'rl.total_steps' is derived from the top-level `steps`; set `steps` instead");
+    }
+    Ok(())
 }
 
 impl ExperimentSpec {
     pub fn from_toml(text: &str, origin: &str) -> Result<Self> {
+        let doc: toml::Table =
+            toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+        check_key_levels(&doc).with_context(|| format!("{origin}: invalid experiment"))?;
         let spec: ExperimentSpec =
             toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
         spec.validate()
@@ -140,25 +229,9 @@ impl ExperimentSpec {
         Self::from_toml(&text, &path.display().to_string())
     }
 
-    /// Model configuration of an arm.
-    pub fn model_config(&self, arm: &ArmSpec) -> Result<ModelConfig> {
-        let mut cfg = ModelConfig::preset(&self.preset, Tokenizer.vocab_size())?;
-        cfg.ffn = arm.ffn;
-        Ok(cfg)
-    }
-
+    /// Checks of the spec itself; every cell's resolved settings are then validated by
+    /// resolving them ([`ExperimentSpec::resolve`]).
     pub fn validate(&self) -> Result<()> {
-        if !PRESETS.contains(&self.preset.as_str()) {
-            bail!(
-                "key 'preset': unknown preset '{}'; allowed: {}{}",
-                self.preset,
-                PRESETS.join(", "),
-                suggest(&self.preset, PRESETS)
-            );
-        }
-        self.task.validate().context("key 'task'")?;
-        self.rl.validate().context("key 'rl'")?;
-        self.coldstart.validate().context("key 'coldstart'")?;
         if self.seeds.is_empty() {
             bail!("key 'seeds': at least one seed is needed");
         }
@@ -171,34 +244,11 @@ impl ExperimentSpec {
         if self.arms.is_empty() {
             bail!("key 'arms': at least one [[arms]] entry is needed");
         }
-        let mut regime_names = std::collections::HashSet::new();
-        for r in &self.regimes {
-            if !regime_names.insert(r.name.as_str()) {
-                bail!("key 'regimes': regime name '{}' appears twice", r.name);
-            }
-            r.apply(&self.rl)
-                .validate()
-                .with_context(|| format!("regime '{}'", r.name))?;
-            let known: Vec<&str> = self.arms.iter().map(|a| a.name.as_str()).collect();
-            for n in r.arms.iter().flatten() {
-                if !known.contains(&n.as_str()) {
-                    bail!(
-                        "regime '{}', key 'arms': unknown arm '{n}'; allowed: {}{}",
-                        r.name,
-                        known.join(", "),
-                        suggest(n, &known)
-                    );
-                }
-            }
-        }
         let mut names = std::collections::HashSet::new();
         for a in &self.arms {
             if !names.insert(a.name.as_str()) {
                 bail!("key 'arms': arm name '{}' appears twice", a.name);
             }
-            a.algorithm
-                .validate()
-                .with_context(|| format!("arm '{}'", a.name))?;
             if a.ffn == FfnKind::Dense && a.routing != RoutingMode::Native {
                 bail!(
                     "arm '{}': a dense arm has no router, so routing must be 'native'",
@@ -206,7 +256,23 @@ impl ExperimentSpec {
                 );
             }
         }
-        Ok(())
+        let known: Vec<&str> = self.arms.iter().map(|a| a.name.as_str()).collect();
+        let mut regime_names = std::collections::HashSet::new();
+        for r in &self.regimes {
+            if !regime_names.insert(r.name.as_str()) {
+                bail!("key 'regimes': regime name '{}' appears twice", r.name);
+            }
+            for n in r.arms.iter().flatten() {
+                if !known.contains(&n.as_str()) {
+                    bail!(
+                        "regime '{}', key 'arms': {}",
+                        r.name,
+                        unknown("arm", n, &known)
+                    );
+                }
+            }
+        }
+        self.resolve("").map(|_| ())
     }
 
     /// The regimes to run (the implicit `default` when the spec names none).
@@ -225,10 +291,9 @@ impl ExperimentSpec {
         for n in names {
             if !known.contains(&n.as_str()) {
                 bail!(
-                    "unknown regime '{n}' in experiment '{}'; allowed: {}{}",
-                    self.name,
-                    known.join(", "),
-                    suggest(n, &known)
+                    "{} (experiment '{}')",
+                    unknown("regime", n, &known),
+                    self.name
                 );
             }
         }
@@ -244,12 +309,7 @@ impl ExperimentSpec {
         let known: Vec<&str> = self.arms.iter().map(|a| a.name.as_str()).collect();
         for n in names {
             if !known.contains(&n.as_str()) {
-                bail!(
-                    "unknown arm '{n}' in experiment '{}'; allowed: {}{}",
-                    self.name,
-                    known.join(", "),
-                    suggest(n, &known)
-                );
+                bail!("{} (experiment '{}')", unknown("arm", n, &known), self.name);
             }
         }
         self.arms.retain(|a| names.contains(&a.name));

@@ -15,6 +15,33 @@
 
 use serde::{Deserialize, Serialize};
 
+crate::named_enum! {
+    /// What a collapse-detector event reports.
+    pub enum EventKind("event kind") {
+        /// An update whose loss or gradient was not finite (it was skipped).
+        NonFinite = "non_finite",
+        RewardCollapse = "reward_collapse",
+        EntropyCollapse = "entropy_collapse",
+        RatioExplosion = "ratio_explosion",
+        GradSpike = "grad_spike",
+        ExpertCollapse = "expert_collapse",
+    }
+}
+
+impl EventKind {
+    /// Whether the event means training itself broke down; ratio explosions and gradient
+    /// spikes are warning signs, counted separately.
+    pub fn is_collapse(self) -> bool {
+        match self {
+            EventKind::NonFinite
+            | EventKind::RewardCollapse
+            | EventKind::EntropyCollapse
+            | EventKind::ExpertCollapse => true,
+            EventKind::RatioExplosion | EventKind::GradSpike => false,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CollapseConfig {
@@ -43,7 +70,7 @@ impl Default for CollapseConfig {
             ratio_max: 10.0,
             extreme_frac: 0.1,
             grad_spike: 10.0,
-            expert_min_load: 0.01,
+            expert_min_load: super::drift::DEAD_EXPERT_LOAD,
             expert_patience: 10,
         }
     }
@@ -52,7 +79,7 @@ impl Default for CollapseConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub step: usize,
-    pub kind: String,
+    pub kind: EventKind,
     pub value: f64,
     pub threshold: f64,
     pub detail: String,
@@ -100,78 +127,114 @@ impl CollapseDetector {
         }
     }
 
+    /// The events of one step, rule by rule in the order of the module docs.
     pub fn observe(&mut self, s: &StepSignals) -> Vec<Event> {
-        let c = self.cfg.clone();
         let mut ev = Vec::new();
-        let mut push = |kind: &str, value: f64, threshold: f64, detail: String, step: usize| {
-            ev.push(Event {
-                step,
-                kind: kind.to_string(),
-                value,
-                threshold,
-                detail,
-            });
-        };
+        let mut push =
+            |kind: EventKind, value: f64, threshold: f64, detail: String, step: usize| {
+                ev.push(Event {
+                    step,
+                    kind,
+                    value,
+                    threshold,
+                    detail,
+                });
+            };
+        self.non_finite(s, &mut push);
+        self.reward(s, &mut push);
+        self.entropy(s, &mut push);
+        self.ratio(s, &mut push);
+        self.grad(s, &mut push);
+        self.experts(s, &mut push);
+        ev
+    }
+
+    fn non_finite(
+        &mut self,
+        s: &StepSignals,
+        push: &mut impl FnMut(EventKind, f64, f64, String, usize),
+    ) {
         for (i, &skipped) in s.skipped.iter().enumerate() {
             if skipped {
                 self.non_finite_run += 1;
                 push(
-                    "non_finite",
+                    EventKind::NonFinite,
                     f64::NAN,
                     0.0,
                     format!("update {i} skipped ({} in a row)", self.non_finite_run),
                     s.step,
                 );
-                if self.non_finite_run >= c.non_finite_stop {
+                if self.non_finite_run >= self.cfg.non_finite_stop {
                     self.collapsed = true;
                 }
             } else {
                 self.non_finite_run = 0;
             }
         }
-        if s.reward_mean.is_finite() {
-            let ema = match self.ema {
-                None => s.reward_mean,
-                Some(e) => c.reward_ema * e + (1.0 - c.reward_ema) * s.reward_mean,
-            };
-            self.ema = Some(ema);
-            self.ema_max = self.ema_max.max(ema);
-            if self.ema_max >= c.reward_min_max && ema < c.reward_drop * self.ema_max {
-                self.below_since.get_or_insert(s.step);
-                self.below_count += 1;
-                if self.below_count >= c.reward_patience && !self.reward_reported {
-                    self.reward_reported = true;
-                    let first = self.below_since.expect("set above");
-                    push(
-                        "reward_collapse",
-                        ema,
-                        c.reward_drop * self.ema_max,
-                        format!(
-                            "reward EMA below {:.2}× its max {:.3} since step {first}",
-                            c.reward_drop, self.ema_max
-                        ),
-                        first,
-                    );
-                }
-            } else {
-                self.below_since = None;
-                self.below_count = 0;
-            }
+    }
+
+    fn reward(
+        &mut self,
+        s: &StepSignals,
+        push: &mut impl FnMut(EventKind, f64, f64, String, usize),
+    ) {
+        let c = &self.cfg;
+        if !s.reward_mean.is_finite() {
+            return;
         }
+        let ema = match self.ema {
+            None => s.reward_mean,
+            Some(e) => c.reward_ema * e + (1.0 - c.reward_ema) * s.reward_mean,
+        };
+        self.ema = Some(ema);
+        self.ema_max = self.ema_max.max(ema);
+        if self.ema_max >= c.reward_min_max && ema < c.reward_drop * self.ema_max {
+            self.below_since.get_or_insert(s.step);
+            self.below_count += 1;
+            if self.below_count >= c.reward_patience && !self.reward_reported {
+                self.reward_reported = true;
+                let first = self.below_since.expect("set above");
+                push(
+                    EventKind::RewardCollapse,
+                    ema,
+                    c.reward_drop * self.ema_max,
+                    format!(
+                        "reward EMA below {:.2}× its max {:.3} since step {first}",
+                        c.reward_drop, self.ema_max
+                    ),
+                    first,
+                );
+            }
+        } else {
+            self.below_since = None;
+            self.below_count = 0;
+        }
+    }
+
+    fn entropy(
+        &mut self,
+        s: &StepSignals,
+        push: &mut impl FnMut(EventKind, f64, f64, String, usize),
+    ) {
+        let drop = self.cfg.entropy_drop;
         let e0 = *self.entropy0.get_or_insert(s.entropy);
-        if !self.entropy_reported && s.entropy < c.entropy_drop * e0 {
+        if !self.entropy_reported && s.entropy < drop * e0 {
             self.entropy_reported = true;
             push(
-                "entropy_collapse",
+                EventKind::EntropyCollapse,
                 s.entropy,
-                c.entropy_drop * e0,
+                drop * e0,
                 format!("entropy {:.4} vs {:.4} at the start", s.entropy, e0),
                 s.step,
             );
         }
+    }
+
+    fn ratio(&self, s: &StepSignals, push: &mut impl FnMut(EventKind, f64, f64, String, usize)) {
+        let c = &self.cfg;
         if s.ratio_tok_max > c.ratio_max {
             push(
-                "ratio_explosion",
+                EventKind::RatioExplosion,
                 s.ratio_tok_max,
                 c.ratio_max,
                 "ratio_tok_max".into(),
@@ -179,23 +242,27 @@ impl CollapseDetector {
             );
         } else if s.mismatch_extreme_frac > c.extreme_frac {
             push(
-                "ratio_explosion",
+                EventKind::RatioExplosion,
                 s.mismatch_extreme_frac,
                 c.extreme_frac,
                 "mismatch_extreme_frac".into(),
                 s.step,
             );
         }
+    }
+
+    fn grad(&mut self, s: &StepSignals, push: &mut impl FnMut(EventKind, f64, f64, String, usize)) {
+        let spike = self.cfg.grad_spike;
         for &g in &s.grad_norms {
             if self.grad_history.len() >= 5 {
                 let mut h = self.grad_history.clone();
                 h.sort_by(f64::total_cmp);
                 let median = h[h.len() / 2];
-                if g > c.grad_spike * median {
+                if g > spike * median {
                     push(
-                        "grad_spike",
+                        EventKind::GradSpike,
                         g,
-                        c.grad_spike * median,
+                        spike * median,
                         format!("running median {median:.4}"),
                         s.step,
                     );
@@ -205,33 +272,40 @@ impl CollapseDetector {
                 self.grad_history.push(g);
             }
         }
+    }
+
+    fn experts(
+        &mut self,
+        s: &StepSignals,
+        push: &mut impl FnMut(EventKind, f64, f64, String, usize),
+    ) {
+        let (min_load, patience) = (self.cfg.expert_min_load, self.cfg.expert_patience);
         if self.starved.len() != s.loads.len() {
             self.starved = s.loads.iter().map(|l| vec![0; l.len()]).collect();
         }
         for (l, load) in s.loads.iter().enumerate() {
             let uniform = 1.0 / load.len().max(1) as f64;
             for (e, &x) in load.iter().enumerate() {
-                if x < c.expert_min_load * uniform {
-                    self.starved[l][e] += 1;
-                    if self.starved[l][e] >= c.expert_patience && !self.expert_reported {
-                        self.expert_reported = true;
-                        push(
-                            "expert_collapse",
-                            x / uniform,
-                            c.expert_min_load,
-                            format!(
-                                "layer {l} expert {e} below {:.0}% of uniform load for {} steps",
-                                c.expert_min_load * 100.0,
-                                c.expert_patience
-                            ),
-                            s.step,
-                        );
-                    }
-                } else {
+                let starved = x < min_load * uniform;
+                if !starved {
                     self.starved[l][e] = 0;
+                    continue;
+                }
+                self.starved[l][e] += 1;
+                if self.starved[l][e] >= patience && !self.expert_reported {
+                    self.expert_reported = true;
+                    push(
+                        EventKind::ExpertCollapse,
+                        x / uniform,
+                        min_load,
+                        format!(
+                            "layer {l} expert {e} below {:.0}% of uniform load for {patience} steps",
+                            min_load * 100.0
+                        ),
+                        s.step,
+                    );
                 }
             }
         }
-        ev
     }
 }

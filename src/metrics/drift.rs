@@ -141,7 +141,11 @@ pub fn load_max_violation(load: &[f64]) -> f64 {
     load.iter().copied().fold(0.0, f64::max) / uniform - 1.0
 }
 
-/// Experts receiving less than `frac` of the uniform load.
+/// An expert is dead (and, for `expert_patience` steps, collapsed) below this share of the
+/// uniform load.
+pub const DEAD_EXPERT_LOAD: f64 = 0.01;
+
+/// Experts whose load is below `frac` of the uniform load.
 pub fn dead_experts(load: &[f64], frac: f64) -> usize {
     let uniform = 1.0 / load.len().max(1) as f64;
     load.iter().filter(|&&l| l < frac * uniform).count()

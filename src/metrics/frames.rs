@@ -1,8 +1,9 @@
-//! Row buffers → Polars DataFrames → Parquet, written atomically so a reader never sees a
-//! half-written file.
+//! Row buffers → Polars DataFrames → Parquet. Every frame is declared in [`super::schema`];
+//! a row that does not match its frame's columns and dtypes is an error, never a new column.
 
 use super::rows::{Row, Val};
-use anyhow::{Context as _, Result, bail};
+use super::schema::{Dtype, FrameSchema};
+use anyhow::{Result, bail};
 use polars::prelude::*;
 use std::path::Path;
 
@@ -12,15 +13,30 @@ enum Buf {
     F(Vec<Option<f64>>),
 }
 
-/// A growing table whose schema is fixed by its first row.
-#[derive(Default)]
+/// A growing table with the columns of its schema.
 pub struct Frame {
-    names: Vec<&'static str>,
+    schema: &'static FrameSchema,
     cols: Vec<Buf>,
     len: usize,
 }
 
 impl Frame {
+    pub fn new(schema: &'static FrameSchema) -> Self {
+        let cols = schema
+            .columns()
+            .map(|c| match c.dtype {
+                Dtype::Str => Buf::S(Vec::new()),
+                Dtype::Int => Buf::I(Vec::new()),
+                Dtype::Float => Buf::F(Vec::new()),
+            })
+            .collect();
+        Frame {
+            schema,
+            cols,
+            len: 0,
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }
@@ -28,34 +44,36 @@ impl Frame {
         self.len == 0
     }
 
+    /// Append a row; its columns must be the schema's, in order, with the schema's dtypes.
     pub fn push(&mut self, row: Row) -> Result<()> {
-        if self.names.is_empty() {
-            self.names = row.iter().map(|(n, _)| *n).collect();
-            self.cols = row
-                .iter()
-                .map(|(_, v)| match v {
-                    Val::S(_) => Buf::S(Vec::new()),
-                    Val::I(_) => Buf::I(Vec::new()),
-                    Val::F(_) => Buf::F(Vec::new()),
-                })
-                .collect();
-        }
-        if row.len() != self.names.len() {
+        let frame = self.schema.name;
+        if row.len() != self.cols.len() {
             bail!(
-                "row has {} columns, frame has {}",
+                "{frame}: row has {} columns, the schema {}",
                 row.len(),
-                self.names.len()
+                self.cols.len()
             );
         }
-        for ((name, v), (want, col)) in row.into_iter().zip(self.names.iter().zip(&mut self.cols)) {
-            if name != *want {
-                bail!("column '{name}' where the frame has '{want}'");
+        // Check the whole row before appending any of it, so a bad row leaves no trace.
+        for ((name, v), want) in row.iter().zip(self.schema.columns()) {
+            let ok = matches!(
+                (want.dtype, v),
+                (Dtype::Str, Val::S(_)) | (Dtype::Int, Val::I(_)) | (Dtype::Float, Val::F(_))
+            );
+            if *name != want.name || !ok {
+                bail!(
+                    "{frame}: column '{name}' ({v:?}) where the schema has '{}' ({:?})",
+                    want.name,
+                    want.dtype
+                );
             }
+        }
+        for ((_, v), col) in row.into_iter().zip(&mut self.cols) {
             match (col, v) {
                 (Buf::S(c), Val::S(x)) => c.push(x),
                 (Buf::I(c), Val::I(x)) => c.push(x),
                 (Buf::F(c), Val::F(x)) => c.push(x),
-                _ => bail!("column '{name}' changed type"),
+                _ => unreachable!("checked above"),
             }
         }
         self.len += 1;
@@ -64,48 +82,47 @@ impl Frame {
 
     pub fn to_df(&self) -> Result<DataFrame> {
         let cols: Vec<Column> = self
-            .names
-            .iter()
+            .schema
+            .columns()
             .zip(&self.cols)
-            .map(|(n, c)| match c {
-                Buf::S(v) => Column::new((*n).into(), v.clone()),
-                Buf::I(v) => Column::new((*n).into(), v.clone()),
-                Buf::F(v) => Column::new((*n).into(), v.clone()),
+            .map(|(c, b)| match b {
+                Buf::S(v) => Column::new(c.name.into(), v.clone()),
+                Buf::I(v) => Column::new(c.name.into(), v.clone()),
+                Buf::F(v) => Column::new(c.name.into(), v.clone()),
             })
             .collect();
         Ok(DataFrame::new(self.len, cols)?)
     }
 }
 
-/// Write `df` as Parquet via a temporary file and a rename.
-pub fn write_parquet(df: &mut DataFrame, path: &Path) -> Result<()> {
-    let tmp = path.with_extension("parquet.tmp");
-    let file =
-        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    ParquetWriter::new(file)
-        .finish(df)
-        .map_err(|e| anyhow::anyhow!("writing {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
-    Ok(())
+/// The four frames of a run.
+pub struct Frames {
+    pub steps: Frame,
+    pub updates: Frame,
+    pub layers: Frame,
+    pub events: Frame,
 }
 
-pub fn read_parquet(path: &Path) -> Result<DataFrame> {
-    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    ParquetReader::new(file)
-        .finish()
-        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))
+impl Default for Frames {
+    fn default() -> Self {
+        use super::schema::{EVENTS, LAYERS, STEPS, UPDATES};
+        Frames {
+            steps: Frame::new(&STEPS),
+            updates: Frame::new(&UPDATES),
+            layers: Frame::new(&LAYERS),
+            events: Frame::new(&EVENTS),
+        }
+    }
 }
 
-pub fn write_csv(df: &mut DataFrame, path: &Path) -> Result<()> {
-    let tmp = path.with_extension("csv.tmp");
-    let file =
-        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    CsvWriter::new(file)
-        .finish(df)
-        .map_err(|e| anyhow::anyhow!("writing {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming {}", tmp.display()))?;
-    Ok(())
+impl Frames {
+    /// Rewrite every frame under `dir` (atomically, file by file).
+    pub fn flush(&self, dir: &Path) -> Result<()> {
+        for f in [&self.steps, &self.updates, &self.layers, &self.events] {
+            crate::io::write_parquet(&mut f.to_df()?, &dir.join(f.schema.file_name()))?;
+        }
+        Ok(())
+    }
 }
 
 /// The column `name` of `df` as floats (nulls kept).
@@ -135,4 +152,52 @@ pub fn str_col(df: &DataFrame, name: &str) -> Result<Vec<String>> {
         .iter()
         .map(|v| v.unwrap_or("").to_string())
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::schema::EVENTS;
+
+    #[test]
+    fn rows_must_match_the_schema() {
+        let mut f = Frame::new(&EVENTS);
+        let mut row: Row = crate::metrics::schema::IDENTITY
+            .iter()
+            .map(|c| {
+                let v = match c.dtype {
+                    Dtype::Str => Val::S("x".into()),
+                    Dtype::Int => Val::I(1),
+                    Dtype::Float => Val::F(None),
+                };
+                (c.name, v)
+            })
+            .collect();
+        row.extend([
+            ("kind", Val::S("grad_spike".into())),
+            ("value", Val::F(Some(1.0))),
+            ("threshold", Val::F(Some(0.5))),
+            ("detail", Val::S(String::new())),
+        ]);
+        f.push(row.clone()).unwrap();
+        let mut wrong_type = row.clone();
+        wrong_type[row.len() - 2] = ("threshold", Val::I(1));
+        assert!(
+            f.push(wrong_type)
+                .unwrap_err()
+                .to_string()
+                .contains("threshold")
+        );
+        let mut wrong_name = row.clone();
+        wrong_name[row.len() - 1] = ("details", Val::S(String::new()));
+        assert!(f.push(wrong_name).is_err());
+        assert!(f.push(row[..row.len() - 1].to_vec()).is_err());
+        assert_eq!(f.len(), 1, "rejected rows leave nothing behind");
+        let df = f.to_df().unwrap();
+        assert_eq!(df.width(), EVENTS.columns().count());
+        // An empty frame still has every column with its dtype.
+        let empty = Frame::new(&EVENTS).to_df().unwrap();
+        assert_eq!(empty.height(), 0);
+        assert_eq!(empty.column("value").unwrap().dtype(), &DataType::Float64);
+    }
 }

@@ -5,3 +5,4 @@ pub mod drift;
 pub mod frames;
 pub mod ratio;
 pub mod rows;
+pub mod schema;

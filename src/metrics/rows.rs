@@ -1,11 +1,13 @@
 //! One row per update, per layer and per step, with the column names of DESIGN §7–§8.
 
+use super::collapse::Event;
 use super::drift::{
-    dead_experts, expert_load, load_max_violation, mean_entropy, mean_js, model_drift,
+    DEAD_EXPERT_LOAD, dead_experts, expert_load, load_max_violation, mean_entropy, mean_js,
+    model_drift,
 };
 use super::ratio::{ess, k3, mean_var, within_seq_var};
-use crate::model::NO_ROUTE;
-use crate::rl::{StepOutput, UpdateRecord};
+use crate::model::{FfnKind, NO_ROUTE};
+use crate::rl::{AlgorithmKind, RoutingMode, StepOutput, UpdateRecord};
 
 /// A cell value. Floats are nullable (a metric that does not apply is null, never a fake 0).
 #[derive(Clone, Debug, PartialEq)]
@@ -17,18 +19,20 @@ pub enum Val {
 
 pub type Row = Vec<(&'static str, Val)>;
 
+/// A float cell: null unless finite.
 fn f(x: f64) -> Val {
     Val::F(x.is_finite().then_some(x))
 }
 
-/// Identity of a cell: the columns every frame starts with.
+/// Identity of a cell: the columns every frame starts with ([`super::schema::IDENTITY`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CellId {
     pub experiment: String,
     pub regime: String,
     pub arm: String,
-    pub algorithm: String,
-    pub routing: String,
+    pub algorithm: AlgorithmKind,
+    pub routing: RoutingMode,
+    pub ffn: FfnKind,
     pub seed: u64,
 }
 
@@ -38,12 +42,34 @@ impl CellId {
             ("experiment", Val::S(self.experiment.clone())),
             ("regime", Val::S(self.regime.clone())),
             ("arm", Val::S(self.arm.clone())),
-            ("algorithm", Val::S(self.algorithm.clone())),
-            ("routing", Val::S(self.routing.clone())),
+            ("algorithm", Val::S(self.algorithm.name().into())),
+            ("routing", Val::S(self.routing.name().into())),
+            ("ffn", Val::S(self.ffn.name().into())),
             ("seed", Val::I(self.seed as i64)),
             ("step", Val::I(step as i64)),
         ]
     }
+}
+
+/// The largest token ratio of an update (−∞ for none); the frames' `ratio_tok_max` and the
+/// collapse detector's ratio-explosion signal.
+pub fn ratio_tok_max(ratio_tok: &[f32]) -> f64 {
+    ratio_tok
+        .iter()
+        .map(|&x| f64::from(x))
+        .fold(f64::NEG_INFINITY, f64::max)
+}
+
+/// One event of the collapse detector.
+pub fn event_row(id: &CellId, e: &Event) -> Row {
+    let mut row = id.row(e.step);
+    row.extend([
+        ("kind", Val::S(e.kind.name().into())),
+        ("value", f(e.value)),
+        ("threshold", f(e.threshold)),
+        ("detail", Val::S(e.detail.clone())),
+    ]);
+    row
 }
 
 /// Model shape the rows need.
@@ -80,10 +106,7 @@ pub fn update_row(id: &CellId, step: usize, u: &UpdateRecord, shape: Shape) -> R
     row.extend([
         ("ratio_tok_mean", f(rmean)),
         ("ratio_tok_var", f(rvar)),
-        (
-            "ratio_tok_max",
-            f(w.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
-        ),
+        ("ratio_tok_max", f(ratio_tok_max(&st.ratio_tok))),
         (
             "ratio_tok_min",
             f(w.iter().copied().fold(f64::INFINITY, f64::min)),
@@ -182,7 +205,10 @@ pub fn layer_rows(id: &CellId, step: usize, u: &UpdateRecord, shape: Shape) -> V
                     f(mean_entropy(&u.probs_before[l], &u.valid, shape.n_experts)),
                 ),
                 ("load_max_violation", f(load_max_violation(&load))),
-                ("dead_experts", Val::I(dead_experts(&load, 0.01) as i64)),
+                (
+                    "dead_experts",
+                    Val::I(dead_experts(&load, DEAD_EXPERT_LOAD) as i64),
+                ),
             ]);
             row
         })
@@ -278,7 +304,12 @@ pub fn step_row(
         ),
         (
             "dead_experts",
-            Val::I(loads.iter().map(|l| dead_experts(l, 0.01) as i64).sum()),
+            Val::I(
+                loads
+                    .iter()
+                    .map(|l| dead_experts(l, DEAD_EXPERT_LOAD) as i64)
+                    .sum(),
+            ),
         ),
         ("t_rollout", f(out.t_rollout)),
         ("t_update", f(out.t_update)),

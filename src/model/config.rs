@@ -3,15 +3,16 @@
 use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 
-/// Feed-forward block type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum FfnKind {
-    /// Mixture of experts with a learned top-k router.
-    #[default]
-    Moe,
-    /// Dense control: one SwiGLU with the active parameter count of `top_k` experts.
-    Dense,
+crate::named_enum! {
+    /// Feed-forward block type.
+    #[derive(Default)]
+    pub enum FfnKind("ffn") {
+        /// Mixture of experts with a learned top-k router.
+        #[default]
+        Moe = "moe",
+        /// Dense control: one SwiGLU with the active parameter count of `top_k` experts.
+        Dense = "dense",
+    }
 }
 
 /// Every size of the transformer. Built from a preset, then optionally overridden.
@@ -37,23 +38,31 @@ pub struct ModelConfig {
     pub vocab_size: usize,
 }
 
-/// Preset names accepted by `--preset` and spec files.
-pub const PRESETS: &[&str] = &["tiny", "toy", "small", "deep", "medium"];
+crate::named_enum! {
+    /// A named model size (DESIGN §4); the names are a contract (`--preset`, spec files).
+    pub enum Preset("preset") {
+        /// Tests and the CI regression (seconds).
+        Tiny = "tiny",
+        /// Default CPU experiments (minutes).
+        Toy = "toy",
+        /// CPU, tens of minutes.
+        Small = "small",
+        /// Depth effect on drift.
+        Deep = "deep",
+        /// GPU (~150M parameters, mostly experts).
+        Medium = "medium",
+    }
+}
 
 impl ModelConfig {
     /// A preset from DESIGN §4. `vocab_size` comes from the tokenizer.
-    pub fn preset(name: &str, vocab_size: usize) -> Result<Self> {
-        let (n_layers, d_model, n_heads, n_experts, top_k, d_ff) = match name {
-            "tiny" => (2, 32, 2, 4, 2, 64),
-            "toy" => (2, 64, 4, 8, 2, 128),
-            "small" => (4, 128, 4, 16, 4, 256),
-            "deep" => (12, 128, 4, 32, 4, 128),
-            "medium" => (12, 256, 8, 64, 8, 256),
-            other => bail!(
-                "unknown preset '{other}'; allowed: {}{}",
-                PRESETS.join(", "),
-                crate::util::suggest(other, PRESETS)
-            ),
+    pub fn preset(preset: Preset, vocab_size: usize) -> Result<Self> {
+        let (n_layers, d_model, n_heads, n_experts, top_k, d_ff) = match preset {
+            Preset::Tiny => (2, 32, 2, 4, 2, 64),
+            Preset::Toy => (2, 64, 4, 8, 2, 128),
+            Preset::Small => (4, 128, 4, 16, 4, 256),
+            Preset::Deep => (12, 128, 4, 32, 4, 128),
+            Preset::Medium => (12, 256, 8, 64, 8, 256),
         };
         let cfg = ModelConfig {
             n_layers,
@@ -90,17 +99,17 @@ impl ModelConfig {
                 bail!("model.{name} = 0; it must be at least 1");
             }
         }
-        if self.d_model % self.n_heads != 0 {
+        if !self.d_model.is_multiple_of(self.n_heads) {
             bail!(
                 "model.n_heads = {} does not divide model.d_model = {}; allowed head counts: {:?}",
                 self.n_heads,
                 self.d_model,
                 (1..=self.d_model)
-                    .filter(|h| self.d_model % h == 0)
+                    .filter(|&h| self.d_model.is_multiple_of(h))
                     .collect::<Vec<_>>()
             );
         }
-        if (self.d_model / self.n_heads) % 2 != 0 {
+        if !(self.d_model / self.n_heads).is_multiple_of(2) {
             bail!(
                 "head dimension d_model / n_heads = {} is odd; RoPE needs an even head dimension",
                 self.d_model / self.n_heads

@@ -6,7 +6,7 @@ pub mod moe;
 pub mod weights;
 
 pub use attention::LayerCache;
-pub use config::{FfnKind, ModelConfig, PRESETS};
+pub use config::{FfnKind, ModelConfig, Preset};
 pub use moe::{LayerRouting, NO_ROUTE, RoutingTrace};
 pub use weights::{ParamGroup, Weights};
 
@@ -43,6 +43,23 @@ pub struct ForwardOptions<'a> {
     /// Round the residual stream to bfloat16 precision after every sublayer (a rollout engine
     /// with lower-precision numerics; never used by the trainer).
     pub round_bf16: bool,
+}
+
+impl<'a> ForwardOptions<'a> {
+    /// Run exactly the given expert ids, `routes[layer]` being `[tokens, k]` (Routing Replay
+    /// of a recorded trace); no logit offsets, no router distributions.
+    pub fn replay(routes: &'a [Vec<u16>]) -> Self {
+        ForwardOptions {
+            routing: routes
+                .iter()
+                .map(|r| LayerRouting {
+                    forced: Some(r),
+                    logit_offset: None,
+                })
+                .collect(),
+            ..ForwardOptions::default()
+        }
+    }
 }
 
 pub struct ForwardOutput {

@@ -168,35 +168,72 @@ pub fn moe_forward(
     let probs_host = to_vec(probs.clone().inner());
     let native = native_topk(&probs_host, e_n, k);
 
-    let used: Vec<u16> = match routing.forced {
-        None => native.clone(),
-        Some(f) => {
-            assert_eq!(
-                f.len(),
-                t * k,
-                "forced routes have {} slots, expected {}",
-                f.len(),
-                t * k
-            );
-            let mut used = native.clone();
-            for tok in 0..t {
-                let row = &f[tok * k..(tok + 1) * k];
-                if row.iter().all(|&e| e == NO_ROUTE) {
-                    continue;
-                }
-                for (j, &e) in row.iter().enumerate() {
-                    assert!(
-                        (e as usize) < e_n,
-                        "forced expert id {e} out of range 0..{e_n}"
-                    );
-                    used[tok * k + j] = e;
-                }
-            }
-            used
-        }
-    };
+    let used = used_ids(&native, routing.forced, t, k, e_n);
+    let mut out = dispatch(w, cfg, x.clone(), &probs, &used, active);
+    if let Some(shared) = &w.shared {
+        let mask = active_mask(active, &device);
+        out = out + swiglu(shared, x) * mask;
+    }
+    let (aux_loss, z_loss, load) = load_terms(logits, &probs, &native, active, k);
 
-    // Per-expert token lists over active tokens: the sparse dispatch plan.
+    MoeOutput {
+        out,
+        trace: RoutingTrace {
+            n_tokens: t,
+            k,
+            native,
+            used,
+            probs: want_probs.then_some(probs_host),
+        },
+        aux_loss,
+        load,
+        z_loss,
+    }
+}
+
+/// The expert ids that run: the native ones, with `forced` rows (replay) put in their place.
+fn used_ids(native: &[u16], forced: Option<&[u16]>, t: usize, k: usize, e_n: usize) -> Vec<u16> {
+    let Some(f) = forced else {
+        return native.to_vec();
+    };
+    assert_eq!(
+        f.len(),
+        t * k,
+        "forced routes have {} slots, expected {}",
+        f.len(),
+        t * k
+    );
+    let mut used = native.to_vec();
+    for tok in 0..t {
+        let row = &f[tok * k..(tok + 1) * k];
+        if row.iter().all(|&e| e == NO_ROUTE) {
+            continue;
+        }
+        for (j, &e) in row.iter().enumerate() {
+            assert!(
+                (e as usize) < e_n,
+                "forced expert id {e} out of range 0..{e_n}"
+            );
+            used[tok * k + j] = e;
+        }
+    }
+    used
+}
+
+/// Sparse dispatch: per-expert token lists over the active tokens, each expert's SwiGLU on its
+/// tokens times their gates (the live probabilities at the `used` ids, renormalised over the k
+/// when `norm_topk`), added back in place. Inactive tokens get zeros.
+fn dispatch(
+    w: &MoeWeights,
+    cfg: &ModelConfig,
+    x: Tensor<2>,
+    probs: &Tensor<2>,
+    used: &[u16],
+    active: &[bool],
+) -> Tensor<2> {
+    let [t, _d] = x.dims();
+    let (e_n, k) = (cfg.n_experts, cfg.top_k);
+    let device = x.device();
     let mut by_expert: Vec<Vec<(usize, usize)>> = vec![Vec::new(); e_n];
     for tok in (0..t).filter(|&i| active[i]) {
         for j in 0..k {
@@ -205,48 +242,54 @@ pub fn moe_forward(
     }
     let perm_tok: Vec<usize> = by_expert.iter().flatten().map(|&(tok, _)| tok).collect();
     let n_routed = perm_tok.len();
-
-    let mut out = Tensor::zeros([t, cfg.d_model], &device);
-    if n_routed > 0 {
-        // Gates: live probabilities at the ids that run, renormalised over the k if asked.
-        let used_idx: Vec<usize> = used.iter().map(|&e| e as usize).collect();
-        let mut gates = probs.clone().gather(1, ints(&used_idx, [t, k], &device)); // [T, k]
-        if cfg.norm_topk {
-            gates = gates.clone() / gates.sum_dim(1);
-        }
-        let gates = gates.reshape([t * k, 1]);
-        let mut ys = Vec::new();
-        for list in &by_expert {
-            if list.is_empty() {
-                ys.push(None);
-                continue;
-            }
-            let n = list.len();
-            let toks: Vec<usize> = list.iter().map(|&(tok, _)| tok).collect();
-            let slots: Vec<usize> = list.iter().map(|&(_, s)| s).collect();
-            let xe = x.clone().select(0, ints(&toks, [n], &device)); // [n_e, D]
-            let ge = gates.clone().select(0, ints(&slots, [n], &device)); // [n_e, 1]
-            ys.push(Some((xe, ge)));
-        }
-        let ys: Vec<Tensor<2>> = ys
-            .into_iter()
-            .zip(&w.experts)
-            .filter_map(|(xg, ew)| xg.map(|(xe, ge)| swiglu(ew, xe) * ge))
-            .collect();
-        let y = Tensor::cat(ys, 0); // [N, D], grouped by expert
-        out = out.select_assign(
-            0,
-            ints(&perm_tok, [n_routed], &device),
-            y,
-            IndexingUpdateOp::Add,
-        );
+    let out = Tensor::zeros([t, cfg.d_model], &device);
+    if n_routed == 0 {
+        return out;
     }
-    if let Some(shared) = &w.shared {
-        let mask = active_mask(active, &device);
-        out = out + swiglu(shared, x) * mask;
+    let used_idx: Vec<usize> = used.iter().map(|&e| e as usize).collect();
+    let mut gates = probs.clone().gather(1, ints(&used_idx, [t, k], &device)); // [T, k]
+    if cfg.norm_topk {
+        gates = gates.clone() / gates.sum_dim(1);
     }
+    let gates = gates.reshape([t * k, 1]);
+    let mut ys = Vec::new();
+    for list in &by_expert {
+        if list.is_empty() {
+            ys.push(None);
+            continue;
+        }
+        let n = list.len();
+        let toks: Vec<usize> = list.iter().map(|&(tok, _)| tok).collect();
+        let slots: Vec<usize> = list.iter().map(|&(_, s)| s).collect();
+        let xe = x.clone().select(0, ints(&toks, [n], &device)); // [n_e, D]
+        let ge = gates.clone().select(0, ints(&slots, [n], &device)); // [n_e, 1]
+        ys.push(Some((xe, ge)));
+    }
+    let ys: Vec<Tensor<2>> = ys
+        .into_iter()
+        .zip(&w.experts)
+        .filter_map(|(xg, ew)| xg.map(|(xe, ge)| swiglu(ew, xe) * ge))
+        .collect();
+    let y = Tensor::cat(ys, 0); // [N, D], grouped by expert
+    out.select_assign(
+        0,
+        ints(&perm_tok, [n_routed], &device),
+        y,
+        IndexingUpdateOp::Add,
+    )
+}
 
-    // Load balance over active tokens: f_e from the native choice (constant), P_e from live probs.
+/// Load balance and z-loss over active tokens: f_e from the native choice (constant), P_e from
+/// the live probabilities.
+fn load_terms(
+    logits: Tensor<2>,
+    probs: &Tensor<2>,
+    native: &[u16],
+    active: &[bool],
+    k: usize,
+) -> (Tensor<1>, Tensor<1>, LoadTerms) {
+    let [t, e_n] = probs.dims();
+    let device = probs.device();
     let n_active = active.iter().filter(|&&a| a).count();
     let mut counts = vec![0f32; e_n];
     for tok in (0..t).filter(|&i| active[i]) {
@@ -271,24 +314,12 @@ pub fn moe_forward(
         let z = (lse.powi_scalar(2) * mask).sum() / n_active as f32;
         (aux, z, p_sum)
     };
-
-    MoeOutput {
-        out,
-        trace: RoutingTrace {
-            n_tokens: t,
-            k,
-            native,
-            used,
-            probs: want_probs.then_some(probs_host),
-        },
-        aux_loss,
-        load: LoadTerms {
-            p_sum,
-            counts,
-            n_active,
-        },
-        z_loss,
-    }
+    let load = LoadTerms {
+        p_sum,
+        counts,
+        n_active,
+    };
+    (aux_loss, z_loss, load)
 }
 
 /// `[tokens, 1]` float mask: 1 for active tokens.

@@ -41,6 +41,8 @@ pub struct MoeWeights {
     pub shared: Option<SwiGlu>,
 }
 
+// One value per block, always matched by reference: boxing the larger variant buys nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum FfnWeights {
     Moe(MoeWeights),
@@ -239,7 +241,7 @@ impl Weights {
                 out.extend_from_slice(&v.to_le_bytes());
             }
         }
-        let sum = crate::util::fnv1a64(&out);
+        let sum = crate::hash::fnv1a64(&out);
         out.extend_from_slice(&sum.to_le_bytes());
         out
     }
@@ -252,7 +254,7 @@ impl Weights {
         }
         let (body, tail) = bytes.split_at(bytes.len() - 8);
         let want = u64::from_le_bytes(tail.try_into().expect("8 bytes"));
-        if crate::util::fnv1a64(body) != want {
+        if crate::hash::fnv1a64(body) != want {
             bail!("checkpoint checksum mismatch (file is corrupt or partial)");
         }
         let mut pos = MAGIC.len();

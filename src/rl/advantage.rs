@@ -7,7 +7,7 @@ use super::config::AdvantageMode;
 /// A group with identical rewards gets zeros (never NaN).
 pub fn advantages(rewards: &[f32], group_size: usize, mode: AdvantageMode) -> Vec<f32> {
     assert!(
-        group_size >= 2 && rewards.len() % group_size == 0,
+        group_size >= 2 && rewards.len().is_multiple_of(group_size),
         "rewards must form whole groups of at least 2"
     );
     let mut out = Vec::with_capacity(rewards.len());

@@ -15,24 +15,47 @@ pub enum Algorithm {
     Gvpo(GvpoConfig),
 }
 
+crate::named_enum! {
+    /// The objective of an [`Algorithm`], without its parameters (`--algorithm`, frame column
+    /// `algorithm`). Spelled as the `kind` tag of an `algorithm = { kind = ... }` table.
+    pub enum AlgorithmKind("algorithm") {
+        Grpo = "grpo",
+        Gspo = "gspo",
+        GspoToken = "gspo_token",
+        Gvpo = "gvpo",
+    }
+}
+
 impl Algorithm {
-    pub fn name(&self) -> &'static str {
+    pub fn kind(&self) -> AlgorithmKind {
         match self {
-            Algorithm::Grpo(_) => "grpo",
-            Algorithm::Gspo(_) => "gspo",
-            Algorithm::GspoToken(_) => "gspo_token",
-            Algorithm::Gvpo(_) => "gvpo",
+            Algorithm::Grpo(_) => AlgorithmKind::Grpo,
+            Algorithm::Gspo(_) => AlgorithmKind::Gspo,
+            Algorithm::GspoToken(_) => AlgorithmKind::GspoToken,
+            Algorithm::Gvpo(_) => AlgorithmKind::Gvpo,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// The objective `kind` with its default parameters.
+    pub fn default_of(kind: AlgorithmKind) -> Algorithm {
+        match kind {
+            AlgorithmKind::Grpo => Algorithm::Grpo(GrpoConfig::default()),
+            AlgorithmKind::Gspo => Algorithm::Gspo(GspoConfig::default()),
+            AlgorithmKind::GspoToken => Algorithm::GspoToken(GspoConfig::default()),
+            AlgorithmKind::Gvpo => Algorithm::Gvpo(GvpoConfig::default()),
         }
     }
 
     /// Every objective with its default parameters (tests iterate over this).
     pub fn all_defaults() -> Vec<Algorithm> {
-        vec![
-            Algorithm::Grpo(GrpoConfig::default()),
-            Algorithm::Gspo(GspoConfig::default()),
-            Algorithm::GspoToken(GspoConfig::default()),
-            Algorithm::Gvpo(GvpoConfig::default()),
-        ]
+        AlgorithmKind::ALL
+            .iter()
+            .map(|&k| Algorithm::default_of(k))
+            .collect()
     }
 
     /// Coefficient of the k3 KL to the reference model (0 when the objective has none).
@@ -126,27 +149,17 @@ impl Default for GvpoConfig {
     }
 }
 
-/// Which expert ids the trainer's forwards run (DESIGN §4 table).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum RoutingMode {
-    /// π_old recompute and updates route natively.
-    #[default]
-    Native,
-    /// π_old recompute routes natively and records; every update replays those routes.
-    R2,
-    /// π_old recompute and every update replay the rollout engine's routes.
-    R3,
-}
-
-impl RoutingMode {
-    pub const ALL: [RoutingMode; 3] = [RoutingMode::Native, RoutingMode::R2, RoutingMode::R3];
-    pub fn name(self) -> &'static str {
-        match self {
-            RoutingMode::Native => "native",
-            RoutingMode::R2 => "r2",
-            RoutingMode::R3 => "r3",
-        }
+crate::named_enum! {
+    /// Which expert ids the trainer's forwards run (DESIGN §4 table).
+    #[derive(Default)]
+    pub enum RoutingMode("routing mode") {
+        /// π_old recompute and updates route natively.
+        #[default]
+        Native = "native",
+        /// π_old recompute routes natively and records; every update replays those routes.
+        R2 = "r2",
+        /// π_old recompute and every update replay the rollout engine's routes.
+        R3 = "r3",
     }
 }
 
@@ -245,7 +258,8 @@ pub struct RlConfig {
     /// recompute, the reference and the drift probe use the same micro-batches, and the rollout
     /// engine has its own `rollout_shards`. Micro-batches run in parallel when the thread pool
     /// has more than one thread; the numbers do not depend on the thread count. The
-    /// load-balancing loss is computed per micro-batch (as with gradient accumulation).
+    /// load-balancing loss keeps the whole minibatch's routed-slot fractions (see
+    /// [`super::micro`]).
     pub micro_batches: usize,
     /// The rollout engine generates its B·G rows in this many contiguous shards, each with its
     /// own KV cache, in parallel when the thread pool has more than one thread. Tokens are
@@ -297,7 +311,7 @@ impl Default for RlConfig {
 impl RlConfig {
     /// Micro-batches each minibatch is split into (see [`RlConfig::micro_batches`]).
     pub fn micro_per_minibatch(&self) -> usize {
-        crate::util::largest_divisor_at_most(
+        largest_divisor_at_most(
             self.batch_prompts / self.minibatches.max(1),
             self.micro_batches,
         )
@@ -316,13 +330,13 @@ impl RlConfig {
                 self.group_size
             );
         }
-        if self.minibatches == 0 || self.batch_prompts % self.minibatches != 0 {
+        if self.minibatches == 0 || !self.batch_prompts.is_multiple_of(self.minibatches) {
             bail!(
                 "minibatches (N) = {} must divide batch_prompts (B) = {} (minibatches hold whole prompt groups); allowed: {:?}",
                 self.minibatches,
                 self.batch_prompts,
                 (1..=self.batch_prompts)
-                    .filter(|n| self.batch_prompts % n == 0)
+                    .filter(|&n| self.batch_prompts.is_multiple_of(n))
                     .collect::<Vec<_>>()
             );
         }
@@ -360,5 +374,27 @@ impl RlConfig {
             "aux_coef and z_coef must be >= 0"
         );
         Ok(())
+    }
+}
+
+/// The largest divisor of `n` that is at most `max` (at least 1).
+fn largest_divisor_at_most(n: usize, max: usize) -> usize {
+    (1..=max.min(n).max(1))
+        .rev()
+        .find(|&d| n.is_multiple_of(d))
+        .unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `kind` tag serde writes for an algorithm is its [`AlgorithmKind`] name.
+    #[test]
+    fn algorithm_tags_are_the_kind_names() {
+        for a in Algorithm::all_defaults() {
+            let v = serde_json::to_value(&a).unwrap();
+            assert_eq!(v["kind"], a.name());
+        }
     }
 }

@@ -2,7 +2,7 @@
 
 pub mod tokenizer;
 
-use crate::util::{derive_seed, suggest};
+use crate::hash::derive_seed;
 use anyhow::{Result, bail};
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
@@ -10,32 +10,16 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 pub use tokenizer::{EOS, PAD, Tokenizer};
 
-pub const TASKS: &[&str] = &["sort", "reverse", "add"];
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TaskKind {
-    /// `S<digits>=` → the digits in ascending order.
-    Sort,
-    /// `R<digits>=` → the digits reversed.
-    Reverse,
-    /// `A<a>+<b>=` → `a + b`, written least-significant digit first by default (`add_lsb_first`),
-    /// which makes the carry computable left to right.
-    Add,
-}
-
-impl TaskKind {
-    pub fn parse(name: &str) -> Result<Self> {
-        Ok(match name {
-            "sort" => TaskKind::Sort,
-            "reverse" => TaskKind::Reverse,
-            "add" => TaskKind::Add,
-            other => bail!(
-                "unknown task '{other}'; allowed: {}{}",
-                TASKS.join(", "),
-                suggest(other, TASKS)
-            ),
-        })
+crate::named_enum! {
+    /// A verifiable task.
+    pub enum TaskKind("task") {
+        /// `S<digits>=` → the digits in ascending order.
+        Sort = "sort",
+        /// `R<digits>=` → the digits reversed.
+        Reverse = "reverse",
+        /// `A<a>+<b>=` → `a + b`, written least-significant digit first by default
+        /// (`add_lsb_first`), which makes the carry computable left to right.
+        Add = "add",
     }
 }
 

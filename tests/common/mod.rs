@@ -15,7 +15,7 @@ pub fn flex() -> Device {
 }
 
 pub fn tiny_cfg() -> ModelConfig {
-    ModelConfig::preset("tiny", Tokenizer.vocab_size()).expect("tiny preset")
+    ModelConfig::preset(driftlab::model::Preset::Tiny, Tokenizer.vocab_size()).expect("tiny preset")
 }
 
 pub fn tiny_model(seed: u64) -> Model {

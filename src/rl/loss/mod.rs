@@ -148,49 +148,6 @@ pub fn clipped(ratio: f32, adv: f32, eps_low: f64, eps_high: f64) -> (bool, bool
     (low, high)
 }
 
-/// Weight of a micro-batch's loss in the loss of its minibatch (`rows`, `tokens` in all): the
-/// share of the objective's averaging units it holds (tokens for GRPO with `token_mean`,
-/// responses for everything else, which also covers GVPO's mean over equal-sized groups), so
-/// that the weighted sum of the micro-batch losses is the minibatch loss, and the sum of their
-/// weighted gradients its gradient.
-pub fn micro_share(alg: &Algorithm, part: &PolicyBatch, rows: usize, tokens: usize) -> f32 {
-    match alg {
-        Algorithm::Grpo(c) if c.aggregation == Aggregation::TokenMean => {
-            part.n_tok() as f32 / tokens as f32
-        }
-        _ => part.n_resp() as f32 / rows as f32,
-    }
-}
-
-impl LossStats {
-    /// The statistics of a minibatch from those of its micro-batches (in row order) and their
-    /// [`micro_share`]s: per-token and per-response vectors are concatenated, the loss and the
-    /// KL are share-weighted sums.
-    pub fn concat(parts: Vec<(LossStats, f32)>) -> LossStats {
-        let mut out = LossStats::default();
-        let mut kl: Option<f32> = None;
-        let mut tis: Option<Vec<f32>> = None;
-        for (p, w) in parts {
-            out.loss_policy += w * p.loss_policy;
-            out.logp.extend(p.logp);
-            out.ratio_tok.extend(p.ratio_tok);
-            out.ratio_seq.extend(p.ratio_seq);
-            out.clip_low.extend(p.clip_low);
-            out.clip_high.extend(p.clip_high);
-            out.clip_seq.extend(p.clip_seq);
-            if let Some(k) = p.kl_ref {
-                *kl.get_or_insert(0.0) += w * k;
-            }
-            if let Some(t) = p.tis_weight {
-                tis.get_or_insert_with(Vec::new).extend(t);
-            }
-        }
-        out.kl_ref = kl;
-        out.tis_weight = tis;
-        out
-    }
-}
-
 /// The objective's loss (a `[1]` tensor with graph) and its statistics.
 pub fn policy_loss(
     alg: &Algorithm,

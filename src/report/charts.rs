@@ -1,4 +1,5 @@
 //! Line and bar charts with plotters, as PNG and SVG, with an embedded font (no system fonts).
+//! What to draw from a run is decided in [`super::figures`].
 
 use anyhow::{Result, anyhow};
 use plotters::coord::Shift;
@@ -99,23 +100,8 @@ pub trait Chart {
 }
 
 impl LineChart {
-    fn ty(&self, y: f64) -> Option<f64> {
-        if !y.is_finite() {
-            None
-        } else if self.log_y {
-            (y > 0.0).then(|| y.log10())
-        } else {
-            Some(y)
-        }
-    }
-}
-
-impl Chart for LineChart {
-    fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> Result<()>
-    where
-        DB::ErrorType: 'static,
-    {
-        root.fill(&WHITE).map_err(err)?;
+    /// The x and y ranges of the data (bands included), padded; y in plotted units.
+    fn ranges(&self) -> ((f64, f64), (f64, f64)) {
         let xs: Vec<f64> = self
             .series
             .iter()
@@ -160,6 +146,43 @@ impl Chart for LineChart {
             let pad = 0.05 * (y1 - y0);
             (y0, y1) = (y0 - pad, y1 + pad);
         }
+        ((x0, x1), (y0, y1))
+    }
+
+    /// The outline of a series' band: its upper edge forward, its lower edge back.
+    fn band_polygon(&self, s: &Series) -> Vec<(f64, f64)> {
+        let mut poly: Vec<(f64, f64)> = s
+            .band
+            .iter()
+            .filter_map(|b| self.ty(b.2).map(|y| (b.0, y)))
+            .collect();
+        poly.extend(
+            s.band
+                .iter()
+                .rev()
+                .filter_map(|b| self.ty(b.1).map(|y| (b.0, y))),
+        );
+        poly
+    }
+
+    fn ty(&self, y: f64) -> Option<f64> {
+        if !y.is_finite() {
+            None
+        } else if self.log_y {
+            (y > 0.0).then(|| y.log10())
+        } else {
+            Some(y)
+        }
+    }
+}
+
+impl Chart for LineChart {
+    fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        root.fill(&WHITE).map_err(err)?;
+        let ((x0, x1), (y0, y1)) = self.ranges();
         let mut chart = ChartBuilder::on(&root)
             .caption(&self.title, ("sans-serif", 22))
             .margin(12)
@@ -190,17 +213,7 @@ impl Chart for LineChart {
         for (i, s) in self.series.iter().enumerate() {
             let color = palette(i);
             if !s.band.is_empty() {
-                let mut poly: Vec<(f64, f64)> = s
-                    .band
-                    .iter()
-                    .filter_map(|b| self.ty(b.2).map(|y| (b.0, y)))
-                    .collect();
-                poly.extend(
-                    s.band
-                        .iter()
-                        .rev()
-                        .filter_map(|b| self.ty(b.1).map(|y| (b.0, y))),
-                );
+                let poly = self.band_polygon(s);
                 chart
                     .draw_series(std::iter::once(Polygon::new(
                         poly,
@@ -257,11 +270,14 @@ impl Chart for LineChart {
     }
 }
 
-/// A bar chart of one value per category, with optional error bars `(lo, hi)`.
+/// One bar: its category, its value and an optional error bar `(lo, hi)`.
+pub type Bar = (String, f64, Option<(f64, f64)>);
+
+/// A bar chart of one value per category, with optional error bars.
 pub struct BarChart {
     pub title: String,
     pub y_label: String,
-    pub bars: Vec<(String, f64, Option<(f64, f64)>)>,
+    pub bars: Vec<Bar>,
     pub log_y: bool,
 }
 

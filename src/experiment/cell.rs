@@ -1,0 +1,174 @@
+//! One resolved configuration per cell: spec + regime + arm + seed, merged and validated once.
+//! The runner, the trainer and `config.json` read only this, so what a cell ran is what is
+//! recorded.
+//!
+//! Precedence, later wins: the preset, the spec's `[model]`, the arm's `ffn` and `model`; the
+//! spec's `[rl]`, the regime's overrides, the arm's `rl`, then the arm's `algorithm` and
+//! `routing`. `total_steps` is the spec's `steps`. A dense model has no router, so router-logit
+//! drift injection is switched off for it (its cells would repeat the natural ones).
+
+use super::spec::{ArmSpec, ExperimentSpec, RegimeSpec};
+use crate::coldstart::ColdStartConfig;
+use crate::metrics::collapse::CollapseConfig;
+use crate::metrics::rows::CellId;
+use crate::model::{ModelConfig, Preset};
+use crate::rl::RlConfig;
+use crate::task::{TaskConfig, Tokenizer};
+use anyhow::{Context, Result, anyhow};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Everything one cell runs with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CellConfig {
+    pub experiment: String,
+    pub regime: String,
+    pub arm: String,
+    pub seed: u64,
+    pub steps: usize,
+    pub eval_every: usize,
+    pub flush_every: usize,
+    pub preset: Preset,
+    pub model: ModelConfig,
+    pub task: TaskConfig,
+    pub coldstart: ColdStartConfig,
+    /// Incl. the arm's algorithm and routing mode.
+    pub rl: RlConfig,
+    pub collapse: CollapseConfig,
+    /// The `--device` the cell ran on.
+    pub device: String,
+}
+
+impl CellConfig {
+    /// The identity columns of this cell's rows.
+    pub fn id(&self) -> CellId {
+        CellId {
+            experiment: self.experiment.clone(),
+            regime: self.regime.clone(),
+            arm: self.arm.clone(),
+            algorithm: self.rl.algorithm.kind(),
+            routing: self.rl.routing,
+            ffn: self.model.ffn,
+            seed: self.seed,
+        }
+    }
+
+    /// Key of the cached cold start this cell starts from (shared by every cell with the same
+    /// model, task, cold-start settings and seed).
+    pub fn coldstart_key(&self) -> String {
+        crate::coldstart::cache_key(&self.model, &self.task, &self.coldstart, self.seed)
+    }
+}
+
+/// `base` with the keys of `over` set on it (tables merge key by key; a table with a `kind`
+/// tag, such as `mismatch = { kind = "bf16" }`, replaces the old value whole), deserialised
+/// again, so an override gets the same checks as the table it overrides.
+fn overlay<T: Clone + Serialize + DeserializeOwned>(
+    base: &T,
+    over: &Map<String, Value>,
+) -> Result<T> {
+    if over.is_empty() {
+        return Ok(base.clone());
+    }
+    fn merge(v: &mut Map<String, Value>, over: &Map<String, Value>) {
+        for (k, x) in over {
+            match (v.get_mut(k), x) {
+                (Some(Value::Object(old)), Value::Object(o)) if !o.contains_key("kind") => {
+                    merge(old, o)
+                }
+                _ => {
+                    v.insert(k.clone(), x.clone());
+                }
+            }
+        }
+    }
+    let Value::Object(mut v) = serde_json::to_value(base)? else {
+        return Err(anyhow!("overrides apply to tables only"));
+    };
+    merge(&mut v, over);
+    serde_json::from_value(Value::Object(v)).map_err(|e| anyhow!("{e}"))
+}
+
+impl ExperimentSpec {
+    /// The model of `arm`: preset, then the spec's `[model]`, the arm's `ffn` and `model`.
+    fn model_of(&self, arm: &ArmSpec) -> Result<ModelConfig> {
+        let preset = ModelConfig::preset(self.preset, Tokenizer.vocab_size())?;
+        let mut m: ModelConfig = overlay(&preset, &self.model).context("key 'model'")?;
+        m.ffn = arm.ffn;
+        let m: ModelConfig = overlay(&m, &arm.model).context("key 'model' of the arm")?;
+        m.validate()?;
+        Ok(m)
+    }
+
+    /// The RL settings of `arm` in `regime` (see the module docs for the order).
+    fn rl_of(&self, regime: &RegimeSpec, arm: &ArmSpec, model: &ModelConfig) -> Result<RlConfig> {
+        let mut rl: RlConfig = overlay(&regime.apply(&self.rl), &arm.rl).context("key 'rl'")?;
+        rl.algorithm = arm.algorithm.clone();
+        rl.routing = arm.routing;
+        rl.total_steps = self.steps;
+        if !model.is_moe() {
+            rl.drift_injection = None;
+        }
+        rl.validate().context("key 'rl'")?;
+        Ok(rl)
+    }
+
+    /// Every cell of the run, in the spec's canonical order (regime-major, then arm, then
+    /// seed), each resolved and validated; `device` is recorded in each.
+    pub fn resolve(&self, device: &str) -> Result<Vec<CellConfig>> {
+        self.task.validate().context("key 'task'")?;
+        self.coldstart.validate().context("key 'coldstart'")?;
+        let mut out = Vec::new();
+        for (regime, arm, seed) in self.cells() {
+            let at = || format!("regime '{}', arm '{}'", regime.name, arm.name);
+            let model = self.model_of(&arm).with_context(at)?;
+            let rl = self.rl_of(&regime, &arm, &model).with_context(at)?;
+            out.push(CellConfig {
+                experiment: self.name.clone(),
+                regime: regime.name.clone(),
+                arm: arm.name.clone(),
+                seed,
+                steps: self.steps,
+                eval_every: self.eval_every,
+                flush_every: self.flush_every,
+                preset: self.preset,
+                model,
+                task: self.task.clone(),
+                coldstart: self.coldstart.clone(),
+                rl,
+                collapse: self.collapse.clone(),
+                device: device.into(),
+            });
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rl::Mismatch;
+
+    #[test]
+    fn overlays_merge_tables_and_replace_tagged_ones() {
+        let base = RlConfig {
+            mismatch: Mismatch::RouterNoise { sigma: 0.1 },
+            ..RlConfig::default()
+        };
+        let over: Map<String, Value> = serde_json::from_str(
+            r#"{"mismatch": {"kind": "bf16"}, "optimizer": {"lr": 0.5}, "minibatches": 2}"#,
+        )
+        .unwrap();
+        let rl: RlConfig = overlay(&base, &over).unwrap();
+        assert_eq!(rl.mismatch, Mismatch::Bf16);
+        assert_eq!(rl.optimizer.lr, 0.5);
+        assert_eq!(rl.optimizer.weight_decay, base.optimizer.weight_decay);
+        assert_eq!(rl.minibatches, 2);
+        let bad: Map<String, Value> = serde_json::from_str(r#"{"minibatchs": 2}"#).unwrap();
+        let e = overlay(&base, &bad).unwrap_err().to_string();
+        assert!(e.contains("minibatchs") && e.contains("minibatches"), "{e}");
+        assert_eq!(overlay(&base, &Map::new()).unwrap(), base);
+    }
+}

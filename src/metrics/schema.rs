@@ -1,0 +1,287 @@
+//! The frame schema: every column of every frame, its dtype and its meaning (DESIGN §7–§8).
+//! The writer checks each row against it, the report reads by it, and `driftlab schema` prints
+//! it as JSON for readers in other languages (the Python interop test reads that output).
+
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dtype {
+    /// UTF-8 string (Polars `String`).
+    Str,
+    /// 64-bit integer (Polars `Int64`).
+    Int,
+    /// Nullable 64-bit float (Polars `Float64`); null where a metric does not apply.
+    Float,
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Col {
+    pub name: &'static str,
+    pub dtype: Dtype,
+    pub doc: &'static str,
+}
+
+const fn s(name: &'static str, doc: &'static str) -> Col {
+    Col {
+        name,
+        dtype: Dtype::Str,
+        doc,
+    }
+}
+const fn i(name: &'static str, doc: &'static str) -> Col {
+    Col {
+        name,
+        dtype: Dtype::Int,
+        doc,
+    }
+}
+const fn f(name: &'static str, doc: &'static str) -> Col {
+    Col {
+        name,
+        dtype: Dtype::Float,
+        doc,
+    }
+}
+
+/// The columns every frame starts with: which cell (and step) a row belongs to.
+pub const IDENTITY: &[Col] = &[
+    s("experiment", "experiment name"),
+    s(
+        "regime",
+        "regime name (a named block of overrides; `default` when the spec names none)",
+    ),
+    s("arm", "arm name as the spec spells it"),
+    s("algorithm", "objective: grpo | gspo | gspo_token | gvpo"),
+    s("routing", "routing mode: native | r2 | r3"),
+    s("ffn", "feed-forward block: moe | dense"),
+    i("seed", "seed of the cell (cold start, rollouts, noise)"),
+    i("step", "RL step, from 0"),
+];
+
+/// One frame: a file `<name>.parquet` of rows at one grain.
+#[derive(Debug, Serialize)]
+pub struct FrameSchema {
+    pub name: &'static str,
+    pub grain: &'static str,
+    /// Key columns after the identity (`minibatch`, `layer`).
+    #[serde(skip)]
+    keys: &'static [Col],
+    #[serde(skip)]
+    metrics: &'static [Col],
+}
+
+impl FrameSchema {
+    /// Every column in file order: identity, keys, metrics.
+    pub fn columns(&self) -> impl Iterator<Item = &'static Col> + use<> {
+        let (keys, metrics) = (self.keys, self.metrics);
+        IDENTITY.iter().chain(keys).chain(metrics)
+    }
+
+    pub fn file_name(&self) -> String {
+        format!("{}.parquet", self.name)
+    }
+}
+
+pub static STEPS: FrameSchema = FrameSchema {
+    name: "steps",
+    grain: "one row per cell and RL step",
+    keys: &[],
+    metrics: &[
+        f("reward_mean", "mean reward of the rollout batch"),
+        f(
+            "reward_std",
+            "population std of the rollout batch's rewards",
+        ),
+        f("accuracy", "share of exactly correct sampled responses"),
+        f(
+            "eval_accuracy",
+            "greedy exact-match accuracy on the held-out set (null between evals)",
+        ),
+        f(
+            "resp_len_mean",
+            "mean response length in tokens (incl. <eos>)",
+        ),
+        f(
+            "entropy",
+            "mean full-vocabulary entropy of π_old on the sampled positions",
+        ),
+        f(
+            "frac_zero_adv_groups",
+            "share of prompt groups whose rewards are all equal",
+        ),
+        f(
+            "mismatch_kl_k3",
+            "mean of ρ − 1 − ln ρ, ρ = exp(logp_old − logp_mu)",
+        ),
+        f(
+            "mismatch_extreme_frac",
+            "share of tokens with max(ρ, 1/ρ) > 2",
+        ),
+        f(
+            "mismatch_route_frac",
+            "share of rollout (token, layer, slot) routes that differ from π_old's native routes (null for dense)",
+        ),
+        f(
+            "load_max_violation",
+            "max over layers of max_e load_e / uniform − 1 (null for dense)",
+        ),
+        i(
+            "dead_experts",
+            "experts with less than 1% of the uniform load, summed over layers",
+        ),
+        f("t_rollout", "seconds in the rollout engine"),
+        f("t_update", "seconds in π_old recompute and updates"),
+        f("t_probe", "seconds in the drift probe"),
+        i("n_tokens", "response tokens of the rollout batch"),
+    ],
+};
+
+/// The drift columns the updates and layers frames share.
+const DRIFT_EXPERT_FRAC: Col = f(
+    "drift_expert_frac",
+    "share of activated expert slots that changed in the update (probe after the step vs the update forward)",
+);
+const DRIFT_TOKEN_FRAC: Col = f(
+    "drift_token_frac",
+    "share of tokens whose expert set changed",
+);
+const DRIFT_SINCE_ROLLOUT: Col = f(
+    "drift_since_rollout_frac",
+    "the same share, updated policy vs π_old's routes of the rollout batch",
+);
+const ROUTER_JS: Col = f(
+    "router_js",
+    "mean Jensen–Shannon divergence of the router distributions before and after the step",
+);
+const MINIBATCH: Col = i(
+    "minibatch",
+    "minibatch index within the step (0 is on-policy)",
+);
+
+pub static UPDATES: FrameSchema = FrameSchema {
+    name: "updates",
+    grain: "one row per cell, step and minibatch (one optimizer step)",
+    keys: &[MINIBATCH],
+    metrics: &[
+        f(
+            "ratio_tok_mean",
+            "mean of the token ratios w = exp(logp − logp_old) before the step",
+        ),
+        f("ratio_tok_var", "variance of the token ratios"),
+        f("ratio_tok_max", "largest token ratio"),
+        f("ratio_tok_min", "smallest token ratio"),
+        f("logratio_tok_var", "variance of log w"),
+        f(
+            "ratio_seq_var",
+            "variance of the sequence ratios s_i (GSPO's length-normalised ratio)",
+        ),
+        f(
+            "logratio_within_seq_var",
+            "mean over responses of the variance of log w within the response",
+        ),
+        f("ess", "effective sample size (Σw)²/(n·Σw²)"),
+        f(
+            "clip_frac_tok",
+            "share of clipped tokens (a clipped GSPO response counts all its tokens)",
+        ),
+        f("clip_frac_low", "share of tokens clipped at 1 − ε_low"),
+        f("clip_frac_high", "share of tokens clipped at 1 + ε_high"),
+        f(
+            "clip_frac_seq",
+            "share of responses with any clipped token (clipped as a whole for GSPO)",
+        ),
+        f("kl_old", "mean(logp_old − logp) (k1)"),
+        f(
+            "kl_ref",
+            "k3 KL to the cold-start reference (null when not measured)",
+        ),
+        f("grad_norm", "global gradient norm before clipping"),
+        f("loss_policy", "policy loss (incl. its KL term)"),
+        f("loss_aux", "load-balancing loss"),
+        f("loss_total", "weighted total loss"),
+        i(
+            "applied",
+            "1 when the optimizer step was taken, 0 when skipped (non-finite)",
+        ),
+        f("lr", "learning rate of the step"),
+        f("resp_len_mean", "mean response length of the minibatch"),
+        i("n_tokens", "response tokens of the minibatch"),
+        DRIFT_EXPERT_FRAC,
+        DRIFT_TOKEN_FRAC,
+        f(
+            "drift_flips_per_token",
+            "mean number of layers whose expert set changed, per token",
+        ),
+        DRIFT_SINCE_ROLLOUT,
+        ROUTER_JS,
+        f("t_update", "seconds in the update"),
+        f("t_probe", "seconds in the drift probe"),
+    ],
+};
+
+pub static LAYERS: FrameSchema = FrameSchema {
+    name: "layers",
+    grain: "one row per cell, step, minibatch and MoE layer",
+    keys: &[MINIBATCH, i("layer", "MoE layer index, from 0")],
+    metrics: &[
+        DRIFT_EXPERT_FRAC,
+        DRIFT_TOKEN_FRAC,
+        DRIFT_SINCE_ROLLOUT,
+        ROUTER_JS,
+        f(
+            "router_entropy",
+            "mean entropy of the router distribution before the step",
+        ),
+        f(
+            "load_max_violation",
+            "max_e load_e / uniform − 1 of the update forward's routes",
+        ),
+        i(
+            "dead_experts",
+            "experts with less than 1% of the uniform load",
+        ),
+    ],
+};
+
+pub static EVENTS: FrameSchema = FrameSchema {
+    name: "events",
+    grain: "one row per collapse or warning event",
+    keys: &[],
+    metrics: &[
+        s(
+            "kind",
+            "non_finite | reward_collapse | entropy_collapse | ratio_explosion | grad_spike | expert_collapse",
+        ),
+        f(
+            "value",
+            "the value that crossed the threshold (null when not finite)",
+        ),
+        f("threshold", "the threshold it crossed"),
+        s("detail", "what happened, in words"),
+    ],
+};
+
+/// The four frames of a run, in the order they are written.
+pub fn frames() -> [&'static FrameSchema; 4] {
+    [&STEPS, &UPDATES, &LAYERS, &EVENTS]
+}
+
+#[derive(Serialize)]
+struct FrameJson {
+    #[serde(flatten)]
+    frame: &'static FrameSchema,
+    columns: Vec<&'static Col>,
+}
+
+/// `driftlab schema`: every frame with its columns, as pretty JSON.
+pub fn to_json() -> serde_json::Result<String> {
+    let frames: Vec<FrameJson> = frames()
+        .into_iter()
+        .map(|frame| FrameJson {
+            frame,
+            columns: frame.columns().collect(),
+        })
+        .collect();
+    serde_json::to_string_pretty(&serde_json::json!({ "frames": frames }))
+}

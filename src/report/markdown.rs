@@ -1,0 +1,127 @@
+//! `report.md`: the regimes, the summary table, the events, the findings and the plots.
+
+use super::findings::findings;
+use super::stats::MeanCi;
+use super::{ArmSummary, PLOTS, RunFrames, RunInfo};
+use crate::metrics::frames::{i64_col, str_col};
+use anyhow::Result;
+use std::fmt::Write as _;
+
+/// A number with three decimals, or two significant digits in scientific notation when it is
+/// very small or large.
+pub fn sig(x: f64) -> String {
+    if x == 0.0 {
+        "0".into()
+    } else if x.abs() >= 0.01 && x.abs() < 1000.0 {
+        format!("{x:.3}")
+    } else {
+        format!("{x:.2e}")
+    }
+}
+
+/// `mean ± ci95`, the mean alone over one seed, `missing` when there is none.
+pub fn fmt_ci(m: &MeanCi, missing: &str) -> String {
+    if !m.mean.is_finite() {
+        missing.into()
+    } else if m.ci95.is_finite() {
+        format!("{} ± {}", sig(m.mean), sig(m.ci95))
+    } else {
+        sig(m.mean)
+    }
+}
+
+fn summary_table(md: &mut String, sums: &[ArmSummary]) -> Result<()> {
+    writeln!(md, "## Summary per arm (mean ± 95% CI over seeds)\n")?;
+    writeln!(
+        md,
+        "| arm | algorithm | routing | seeds | final reward | final eval acc | steps to +0.1 reward | drift_expert_frac | clip_frac_tok | ratio_tok_var | ratio_seq_var | mismatch_kl_k3 | collapsed cells | cells with warnings only |"
+    )?;
+    writeln!(
+        md,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )?;
+    let c = |m: &MeanCi| fmt_ci(m, "–");
+    for a in sums {
+        writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} ({}/{}) | {} | {} | {} | {} | {} | {} | {} |",
+            a.arm,
+            a.algorithm,
+            a.routing,
+            a.seeds,
+            c(&a.final_reward),
+            c(&a.final_eval),
+            c(&a.steps_to_target),
+            a.reached,
+            a.seeds,
+            c(&a.drift_expert_frac),
+            c(&a.clip_frac_tok),
+            c(&a.ratio_tok_var),
+            c(&a.ratio_seq_var),
+            c(&a.mismatch_kl_k3),
+            a.collapsed_cells,
+            a.warned_cells
+        )?;
+    }
+    writeln!(
+        md,
+        "\nfinal reward: mean reward over each cell's last tenth of steps. Steps to +0.1: first step where the reward EMA(0.9) exceeds its start by 0.1 (cells that reached it / all). Collapsed cells: seeds with a reward, entropy, non-finite or expert collapse; warnings only: seeds with a ratio explosion or gradient spike and no collapse.\n"
+    )?;
+    Ok(())
+}
+
+fn events_table(md: &mut String, f: &RunFrames, sums: &[ArmSummary]) -> Result<()> {
+    writeln!(md, "## Collapse events\n")?;
+    if f.events.height() == 0 {
+        writeln!(md, "None.\n")?;
+        return Ok(());
+    }
+    writeln!(md, "| arm | kind | cells | first step |\n|---|---|---|---|")?;
+    for a in sums {
+        for (k, (n, first)) in &a.collapses {
+            writeln!(md, "| {} | {k} | {n} | {first} |", a.arm)?;
+        }
+    }
+    writeln!(md)?;
+    Ok(())
+}
+
+/// The whole of `report.md`.
+pub fn report(
+    f: &RunFrames,
+    info: &RunInfo,
+    sums: &[ArmSummary],
+    plot_dirs: &[(String, String)],
+) -> Result<String> {
+    let mut md = String::new();
+    let name = str_col(&f.steps, "experiment")?
+        .first()
+        .cloned()
+        .unwrap_or_default();
+    writeln!(md, "# driftlab report: {name}\n")?;
+    let steps = i64_col(&f.steps, "step")?;
+    writeln!(
+        md,
+        "{} step rows, {} update rows, {} layer rows, {} events; up to step {}.\n",
+        f.steps.height(),
+        f.updates.height(),
+        f.layers.height(),
+        f.events.height(),
+        steps.iter().max().copied().unwrap_or(0)
+    )?;
+    md.push_str(&info.regimes_table());
+    summary_table(&mut md, sums)?;
+    events_table(&mut md, f, sums)?;
+    md.push_str(&findings(f, info)?);
+    writeln!(md)?;
+    writeln!(md, "## Plots\n")?;
+    for (regime, folder) in plot_dirs {
+        if plot_dirs.len() > 1 {
+            writeln!(md, "### Regime `{regime}`\n")?;
+        }
+        for p in PLOTS {
+            writeln!(md, "![{p}]({folder}/{p}.svg)\n")?;
+        }
+    }
+    Ok(md)
+}

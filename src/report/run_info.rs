@@ -1,0 +1,129 @@
+//! What `config.json` says about a run: each cell's resolved configuration (the spec order of
+//! the cells and each arm's identity) and the regimes' descriptions.
+
+use crate::experiment::{CellConfig, ExperimentSpec, RegimeSpec};
+use crate::model::FfnKind;
+use crate::rl::{Algorithm, AlgorithmKind, RlConfig, RoutingMode};
+use serde_json::Value;
+use std::path::Path;
+
+/// What an arm is, independent of its name: the findings pick arms by this.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Identity {
+    pub algorithm: AlgorithmKind,
+    pub routing: RoutingMode,
+    pub ffn: FfnKind,
+    /// The algorithm's parameters and the arm's own `[rl]` settings are the defaults of the
+    /// run (the arm differs from its peers only by `algorithm`, `routing` and `ffn`).
+    pub default_knobs: bool,
+}
+
+/// The run's cells as `config.json` records them; empty when there is none.
+#[derive(Clone, Debug, Default)]
+pub struct RunInfo {
+    pub cells: Vec<CellConfig>,
+    pub regimes: Vec<RegimeSpec>,
+}
+
+impl RunInfo {
+    /// Read `dir/config.json`. Runs written before cells were recorded there hold only the
+    /// spec; their cells are resolved from it (the same resolution the runner does).
+    pub fn load(dir: &Path) -> RunInfo {
+        let Some(v) = std::fs::read_to_string(dir.join("config.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        else {
+            return RunInfo::default();
+        };
+        let mut spec_json = v["spec"].clone();
+        // Documented but never read by any run; dropped from the spec since.
+        if let Some(o) = spec_json.as_object_mut() {
+            o.remove("target_reward");
+        }
+        let spec: Option<ExperimentSpec> = serde_json::from_value(spec_json).ok();
+        let cells = serde_json::from_value::<Vec<CellConfig>>(v["cells"].clone())
+            .ok()
+            .or_else(|| spec.as_ref().and_then(|s| s.resolve("").ok()))
+            .unwrap_or_default();
+        RunInfo {
+            cells,
+            regimes: spec.map(|s| s.regimes).unwrap_or_default(),
+        }
+    }
+
+    /// (regime, arm) pairs in spec order.
+    pub fn order(&self) -> Vec<(String, String)> {
+        let mut order: Vec<(String, String)> = Vec::new();
+        for c in &self.cells {
+            let key = (c.regime.clone(), c.arm.clone());
+            if !order.contains(&key) {
+                order.push(key);
+            }
+        }
+        order
+    }
+
+    /// The identity of `arm` in `regime`, when the run recorded it.
+    pub fn identity(&self, regime: &str, arm: &str) -> Option<Identity> {
+        let c = self
+            .cells
+            .iter()
+            .find(|c| c.regime == regime && c.arm == arm)?;
+        let peers: Vec<&CellConfig> = self.cells.iter().filter(|p| p.regime == regime).collect();
+        Some(Identity {
+            algorithm: c.rl.algorithm.kind(),
+            routing: c.rl.routing,
+            ffn: c.model.ffn,
+            default_knobs: c.rl.algorithm == Algorithm::default_of(c.rl.algorithm.kind())
+                && peers.iter().all(|p| same_knobs(&p.rl, &c.rl)),
+        })
+    }
+
+    /// Markdown table of the regimes: name, overrides, arms, description (empty when the run
+    /// names no regimes).
+    pub fn regimes_table(&self) -> String {
+        if self.regimes.is_empty() {
+            return String::new();
+        }
+        let mut md = String::from(
+            "## Regimes\n\n| regime | overrides | arms | what it is |\n|---|---|---|---|\n",
+        );
+        for r in &self.regimes {
+            let v = serde_json::to_value(r).unwrap_or_default();
+            let overrides: Vec<String> = [
+                "drift_injection",
+                "mismatch",
+                "router_lr_mult",
+                "lr",
+                "minibatches",
+            ]
+            .iter()
+            .filter(|k| !v[**k].is_null())
+            .map(|k| format!("`{k} = {}`", v[*k]))
+            .collect();
+            let arms = r.arms.as_ref().map_or("all".into(), |a| a.join(", "));
+            let overrides = if overrides.is_empty() {
+                "none".into()
+            } else {
+                overrides.join(", ")
+            };
+            md.push_str(&format!(
+                "| {} | {overrides} | {arms} | {} |\n",
+                r.name, r.description
+            ));
+        }
+        md.push('\n');
+        md
+    }
+}
+
+/// Two cells' RL settings equal but for what an arm is compared by.
+fn same_knobs(a: &RlConfig, b: &RlConfig) -> bool {
+    let strip = |r: &RlConfig| RlConfig {
+        algorithm: Algorithm::default_of(AlgorithmKind::Grpo),
+        routing: RoutingMode::Native,
+        drift_injection: None,
+        ..r.clone()
+    };
+    strip(a) == strip(b)
+}

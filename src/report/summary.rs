@@ -1,0 +1,334 @@
+//! Per-arm summaries over seeds, computed with Polars: a lazy `group_by` per cell, then a mean
+//! and 95% interval over the cells (seeds) of each arm.
+
+use super::RunFrames;
+use super::stats::{MeanCi, mean_ci};
+use crate::io::{write_csv, write_json};
+use crate::metrics::collapse::EventKind;
+use crate::metrics::frames::{f64_col, i64_col, str_col};
+use anyhow::Result;
+use polars::prelude::*;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// Per-arm summary over seeds.
+#[derive(Clone, Debug, Serialize)]
+pub struct ArmSummary {
+    /// `regime/arm` in a run with several regimes, else the arm's name.
+    pub arm: String,
+    pub regime: String,
+    /// The arm's name in the spec.
+    pub name: String,
+    pub algorithm: String,
+    pub routing: String,
+    /// `moe` or `dense` (empty for frames written before the `ffn` column existed).
+    pub ffn: String,
+    pub seeds: usize,
+    /// Mean reward over each cell's last tenth of steps.
+    pub final_reward: MeanCi,
+    /// Each cell's last greedy eval accuracy.
+    pub final_eval: MeanCi,
+    /// First step where the reward EMA(0.9) exceeds its step-0 value by 0.1 (cells that never do are left out; `reached` counts those that do).
+    pub steps_to_target: MeanCi,
+    pub reached: usize,
+    pub drift_expert_frac: MeanCi,
+    pub drift_since_rollout_frac: MeanCi,
+    pub clip_frac_tok: MeanCi,
+    pub ratio_tok_var: MeanCi,
+    pub ratio_seq_var: MeanCi,
+    pub mismatch_kl_k3: MeanCi,
+    pub mismatch_route_frac: MeanCi,
+    /// Per event kind: (cells with at least one event, first step over cells).
+    pub collapses: BTreeMap<String, (usize, i64)>,
+    /// Cells (seeds) where training broke down: an event whose kind [`EventKind::is_collapse`].
+    pub collapsed_cells: usize,
+    /// Cells with a warning event only (ratio explosion, gradient spike) and no collapse.
+    pub warned_cells: usize,
+}
+
+/// Means over each cell's update rows.
+const UPDATE_MEANS: [&str; 5] = [
+    "drift_expert_frac",
+    "drift_since_rollout_frac",
+    "clip_frac_tok",
+    "ratio_tok_var",
+    "ratio_seq_var",
+];
+/// Means over each cell's step rows.
+const STEP_MEANS: [&str; 2] = ["mismatch_kl_k3", "mismatch_route_frac"];
+
+/// `df` with a `label` column: `regime/arm` when the run (`multi`) holds several regimes, else
+/// the arm. Decided per run, not per frame: a frame may hold rows of only some regimes (events).
+pub fn labelled(df: &DataFrame, multi: bool) -> Result<DataFrame> {
+    let arm = str_col(df, "arm")?;
+    let labels: Vec<String> = if multi {
+        let reg = str_col(df, "regime")?;
+        reg.iter()
+            .zip(&arm)
+            .map(|(r, a)| format!("{r}/{a}"))
+            .collect()
+    } else {
+        arm
+    };
+    let mut out = df.clone();
+    out.with_column(Column::new("label".into(), labels))?;
+    Ok(out)
+}
+
+/// One row per cell (label, seed) in order of first appearance, with `firsts` (string
+/// identity columns), each of `means` averaged over the cell's rows, and `extra` aggregations.
+fn per_cell(
+    df: &DataFrame,
+    firsts: &[&str],
+    means: &[&str],
+    extra: Vec<Expr>,
+) -> Result<DataFrame> {
+    let mut aggs: Vec<Expr> = firsts.iter().map(|c| col(*c).first()).collect();
+    aggs.extend(means.iter().map(|c| col(*c).mean()));
+    aggs.extend(extra);
+    Ok(df
+        .clone()
+        .lazy()
+        .group_by_stable([col("label"), col("seed")])
+        .agg(aggs)
+        .collect()?)
+}
+
+/// Mean reward over the last tenth (at least one) of a cell's steps.
+fn final_reward(r: &[f64]) -> f64 {
+    let tail = (r.len() / 10).max(1);
+    r[r.len().saturating_sub(tail)..].iter().sum::<f64>() / tail.min(r.len()).max(1) as f64
+}
+
+/// First step at which the reward EMA(0.9) is 0.1 above its start (NaN when never).
+fn steps_to_target(r: &[f64]) -> f64 {
+    let mut ema: Option<f64> = None;
+    let mut start = None;
+    for (k, &x) in r.iter().enumerate() {
+        let e = ema.map_or(x, |e| 0.9 * e + 0.1 * x);
+        ema = Some(e);
+        if e >= *start.get_or_insert(e) + 0.1 {
+            return k as f64;
+        }
+    }
+    f64::NAN
+}
+
+/// Per label: (kind → (cells, first step)), collapsed cells, cells with warnings only.
+type EventCounts = (BTreeMap<String, (usize, i64)>, usize, usize);
+
+fn event_counts(events: &DataFrame) -> Result<HashMap<String, EventCounts>> {
+    let collapse: Vec<bool> = str_col(events, "kind")?
+        .iter()
+        .map(|k| EventKind::parse(k).is_ok_and(EventKind::is_collapse))
+        .collect();
+    let mut ev = events.clone();
+    ev.with_column(Column::new("collapse".into(), collapse))?;
+    let by_kind = ev
+        .clone()
+        .lazy()
+        .group_by_stable([col("label"), col("kind")])
+        .agg([
+            col("seed").n_unique().alias("cells"),
+            col("step").min().alias("first"),
+        ])
+        .collect()?;
+    let by_label = ev
+        .lazy()
+        .group_by_stable([col("label")])
+        .agg([
+            col("seed").n_unique().alias("all"),
+            col("seed")
+                .filter(col("collapse"))
+                .n_unique()
+                .alias("broke"),
+        ])
+        .collect()?;
+    let mut out: HashMap<String, EventCounts> = HashMap::new();
+    let (label, kind) = (str_col(&by_kind, "label")?, str_col(&by_kind, "kind")?);
+    let (cells, first) = (i64_col(&by_kind, "cells")?, i64_col(&by_kind, "first")?);
+    for i in 0..label.len() {
+        let e = out.entry(label[i].clone()).or_default();
+        e.0.insert(kind[i].clone(), (cells[i] as usize, first[i]));
+    }
+    let (label, all, broke) = (
+        str_col(&by_label, "label")?,
+        i64_col(&by_label, "all")?,
+        i64_col(&by_label, "broke")?,
+    );
+    for i in 0..label.len() {
+        let e = out.entry(label[i].clone()).or_default();
+        e.1 = broke[i] as usize;
+        e.2 = (all[i] - broke[i]) as usize;
+    }
+    Ok(out)
+}
+
+/// Per-(label, seed) values of the `means` columns of a per-cell table.
+fn cell_values(cells: &DataFrame, means: &[&str]) -> Result<HashMap<(String, i64), Vec<f64>>> {
+    let (label, seed) = (str_col(cells, "label")?, i64_col(cells, "seed")?);
+    let cols: Vec<Vec<Option<f64>>> = means
+        .iter()
+        .map(|c| f64_col(cells, c))
+        .collect::<Result<_>>()?;
+    Ok((0..label.len())
+        .map(|i| {
+            let v = cols.iter().map(|c| c[i].unwrap_or(f64::NAN)).collect();
+            ((label[i].clone(), seed[i]), v)
+        })
+        .collect())
+}
+
+pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
+    let multi = super::regimes(&f.steps).len() > 1;
+    let mut steps = labelled(&f.steps, multi)?;
+    if steps.column("ffn").is_err() {
+        steps.with_column(Column::new(
+            "ffn".into(),
+            vec![String::new(); steps.height()],
+        ))?;
+    }
+    let steps = per_cell(
+        &steps,
+        &["regime", "arm", "algorithm", "routing", "ffn"],
+        &STEP_MEANS,
+        vec![
+            col("reward_mean").drop_nulls().alias("rewards"),
+            col("eval_accuracy").drop_nulls().last().alias("final_eval"),
+        ],
+    )?;
+    let updates = cell_values(
+        &per_cell(&labelled(&f.updates, multi)?, &[], &UPDATE_MEANS, vec![])?,
+        &UPDATE_MEANS,
+    )?;
+    let events = event_counts(&labelled(&f.events, multi)?)?;
+    let label = str_col(&steps, "label")?;
+    let seed = i64_col(&steps, "seed")?;
+    let (regime, arm) = (str_col(&steps, "regime")?, str_col(&steps, "arm")?);
+    let (alg, routing) = (str_col(&steps, "algorithm")?, str_col(&steps, "routing")?);
+    let ffn = str_col(&steps, "ffn")?;
+    let step_means = cell_values(&steps, &STEP_MEANS)?;
+    let final_eval = f64_col(&steps, "final_eval")?;
+    let rewards = steps.column("rewards")?.list()?.clone();
+    let mut out: Vec<ArmSummary> = Vec::new();
+    let mut i = 0;
+    while i < label.len() {
+        let rows: Vec<usize> = (i..label.len())
+            .take_while(|&j| label[j] == label[i])
+            .collect();
+        i += rows.len();
+        let l = &label[rows[0]];
+        let (mut fin, mut stt) = (Vec::new(), Vec::new());
+        for &j in &rows {
+            let r: Vec<f64> = rewards
+                .get_as_series(j)
+                .map(|s| {
+                    s.f64()
+                        .map(|c| c.into_no_null_iter().collect())
+                        .unwrap_or_default()
+                })
+                .unwrap_or_default();
+            fin.push(final_reward(&r));
+            stt.push(steps_to_target(&r));
+        }
+        let over_seeds = |table: &HashMap<(String, i64), Vec<f64>>, k: usize| {
+            let v: Vec<f64> = rows
+                .iter()
+                .map(|&j| table.get(&(l.clone(), seed[j])).map_or(f64::NAN, |v| v[k]))
+                .collect();
+            mean_ci(&v)
+        };
+        let (collapses, collapsed_cells, warned_cells) = events.get(l).cloned().unwrap_or_default();
+        let fev: Vec<f64> = rows
+            .iter()
+            .map(|&j| final_eval[j].unwrap_or(f64::NAN))
+            .collect();
+        out.push(ArmSummary {
+            arm: l.clone(),
+            regime: regime[rows[0]].clone(),
+            name: arm[rows[0]].clone(),
+            algorithm: alg[rows[0]].clone(),
+            routing: routing[rows[0]].clone(),
+            ffn: ffn[rows[0]].clone(),
+            seeds: rows.len(),
+            final_reward: mean_ci(&fin),
+            final_eval: mean_ci(&fev),
+            reached: stt.iter().filter(|x| x.is_finite()).count(),
+            steps_to_target: mean_ci(&stt),
+            drift_expert_frac: over_seeds(&updates, 0),
+            drift_since_rollout_frac: over_seeds(&updates, 1),
+            clip_frac_tok: over_seeds(&updates, 2),
+            ratio_tok_var: over_seeds(&updates, 3),
+            ratio_seq_var: over_seeds(&updates, 4),
+            mismatch_kl_k3: over_seeds(&step_means, 0),
+            mismatch_route_frac: over_seeds(&step_means, 1),
+            collapses,
+            collapsed_cells,
+            warned_cells,
+        });
+    }
+    Ok(out)
+}
+
+/// Per seed of `label`: the mean of `column` over that cell's rows of `df`.
+pub fn seed_means(df: &DataFrame, label: &str, column: &str) -> Result<Vec<f64>> {
+    let multi = super::regimes(df).len() > 1;
+    let cells = per_cell(&labelled(df, multi)?, &[], &[column], vec![])?;
+    let (labels, v) = (str_col(&cells, "label")?, f64_col(&cells, column)?);
+    Ok(labels
+        .iter()
+        .zip(v)
+        .filter(|(l, _)| *l == label)
+        .map(|(_, x)| x.unwrap_or(f64::NAN))
+        .collect())
+}
+
+/// `summary.csv` and `summary.json`.
+pub fn write_summary_files(dir: &Path, sums: &[ArmSummary]) -> Result<()> {
+    let s = |f: &dyn Fn(&ArmSummary) -> String| sums.iter().map(f).collect::<Vec<String>>();
+    let x = |f: &dyn Fn(&ArmSummary) -> f64| {
+        sums.iter()
+            .map(|a| Some(f(a)).filter(|v| v.is_finite()))
+            .collect::<Vec<Option<f64>>>()
+    };
+    let n =
+        |f: &dyn Fn(&ArmSummary) -> usize| sums.iter().map(|a| f(a) as i64).collect::<Vec<i64>>();
+    let cols = vec![
+        Column::new("arm".into(), s(&|a| a.arm.clone())),
+        Column::new("algorithm".into(), s(&|a| a.algorithm.clone())),
+        Column::new("routing".into(), s(&|a| a.routing.clone())),
+        Column::new("seeds".into(), n(&|a| a.seeds)),
+        Column::new("final_reward_mean".into(), x(&|a| a.final_reward.mean)),
+        Column::new("final_reward_ci95".into(), x(&|a| a.final_reward.ci95)),
+        Column::new("final_eval_mean".into(), x(&|a| a.final_eval.mean)),
+        Column::new("final_eval_ci95".into(), x(&|a| a.final_eval.ci95)),
+        Column::new(
+            "steps_to_target_mean".into(),
+            x(&|a| a.steps_to_target.mean),
+        ),
+        Column::new("cells_reaching_target".into(), n(&|a| a.reached)),
+        Column::new(
+            "drift_expert_frac_mean".into(),
+            x(&|a| a.drift_expert_frac.mean),
+        ),
+        Column::new(
+            "drift_expert_frac_ci95".into(),
+            x(&|a| a.drift_expert_frac.ci95),
+        ),
+        Column::new("clip_frac_tok_mean".into(), x(&|a| a.clip_frac_tok.mean)),
+        Column::new("clip_frac_tok_ci95".into(), x(&|a| a.clip_frac_tok.ci95)),
+        Column::new("ratio_tok_var_mean".into(), x(&|a| a.ratio_tok_var.mean)),
+        Column::new("ratio_seq_var_mean".into(), x(&|a| a.ratio_seq_var.mean)),
+        Column::new("mismatch_kl_k3_mean".into(), x(&|a| a.mismatch_kl_k3.mean)),
+        Column::new(
+            "mismatch_route_frac_mean".into(),
+            x(&|a| a.mismatch_route_frac.mean),
+        ),
+        Column::new("collapse_cells".into(), n(&|a| a.collapsed_cells)),
+        Column::new("warning_cells".into(), n(&|a| a.warned_cells)),
+    ];
+    let mut df = DataFrame::new(sums.len(), cols)?;
+    write_csv(&mut df, &dir.join("summary.csv"))?;
+    write_json(&dir.join("summary.json"), sums)
+}

@@ -1,0 +1,214 @@
+//! One resolved configuration per cell: keys at the wrong level are errors, `config.json`
+//! records what every cell ran, and findings find arms by what they are, not by name.
+
+mod common;
+use common::flex;
+use driftlab::coldstart::ColdStartConfig;
+use driftlab::experiment::{ArmSpec, CellConfig, ExperimentSpec, RunOptions, run_experiment};
+use driftlab::io::{read_parquet, write_parquet};
+use driftlab::model::{FfnKind, Preset};
+use driftlab::report::{RunInfo, findings::findings, load_frames};
+use driftlab::rl::{Algorithm, AlgorithmKind, GrpoConfig, GspoConfig, RlConfig, RoutingMode};
+use driftlab::task::TaskConfig;
+use polars::prelude::*;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+const HEAD: &str = "name = 'x'\ndescription = 'd'\nseeds = [0]\nsteps = 1\n";
+const ARM: &str = "[[arms]]\nname = 'a'\nalgorithm = { kind = 'grpo' }\n";
+
+fn err(text: &str) -> String {
+    format!(
+        "{:#}",
+        ExperimentSpec::from_toml(text, "x.toml").unwrap_err()
+    )
+}
+
+#[test]
+fn arm_owned_keys_at_another_level_are_errors_that_name_the_key() {
+    let e = err(&format!(
+        "{HEAD}[rl]\nalgorithm = {{ kind = 'gspo' }}\n{ARM}"
+    ));
+    assert!(
+        e.contains("x.toml") && e.contains("'rl.algorithm'") && e.contains("[[arms]]"),
+        "{e}"
+    );
+    let e = err(&format!("{HEAD}routing = 'r2'\n{ARM}"));
+    assert!(e.contains("'routing'") && e.contains("[[arms]]"), "{e}");
+    let e = err(&format!("{HEAD}[model]\nffn = 'dense'\n{ARM}"));
+    assert!(e.contains("'model.ffn'") && e.contains("[[arms]]"), "{e}");
+    let e = err(&format!(
+        "{HEAD}{ARM}[[regimes]]\nname = 'r'\nalgorithm = {{ kind = 'gvpo' }}\n"
+    ));
+    assert!(e.contains("'regimes.algorithm'"), "{e}");
+    let e = err(&format!("{HEAD}[rl]\ntotal_steps = 5\n{ARM}"));
+    assert!(
+        e.contains("'rl.total_steps'") && e.contains("`steps`"),
+        "{e}"
+    );
+    let e = err(&format!("{HEAD}{ARM}rl = {{ routing = 'r3' }}\n"));
+    assert!(e.contains("arm 'a'") && e.contains("'rl.routing'"), "{e}");
+}
+
+#[test]
+fn arms_override_rl_and_model_keys_with_the_same_checks() {
+    let spec = |arm_extra: &str| {
+        ExperimentSpec::from_toml(
+            &format!(
+                "{HEAD}preset = 'tiny'\n[rl]\nbatch_prompts = 4\nminibatches = 2\n{ARM}{arm_extra}"
+            ),
+            "x.toml",
+        )
+    };
+    let s = spec("rl = { minibatches = 4, optimizer = { lr = 0.5 } }\nmodel = { n_layers = 3 }\n")
+        .unwrap();
+    let c = &s.resolve("flex").unwrap()[0];
+    assert_eq!(
+        (c.rl.minibatches, c.rl.optimizer.lr, c.model.n_layers),
+        (4, 0.5, 3)
+    );
+    assert_eq!(
+        c.rl.optimizer.beta1,
+        RlConfig::default().optimizer.beta1,
+        "untouched keys keep their values"
+    );
+    let e = format!("{:#}", spec("rl = { minibatches = 3 }\n").unwrap_err());
+    assert!(e.contains("arm 'a'") && e.contains("must divide"), "{e}");
+    let e = format!("{:#}", spec("model = { top_k = 9 }\n").unwrap_err());
+    assert!(e.contains("arm 'a'") && e.contains("top_k"), "{e}");
+    let e = format!("{:#}", spec("rl = { minibatchs = 2 }\n").unwrap_err());
+    assert!(e.contains("minibatchs"), "{e}");
+}
+
+/// A tiny two-seed run whose arms cover every claim, under the given arm names.
+fn tiny_spec(names: [&str; 5]) -> ExperimentSpec {
+    let grpo = || Algorithm::Grpo(GrpoConfig::default());
+    ExperimentSpec {
+        name: "names".into(),
+        description: "arm names".into(),
+        preset: Preset::Tiny,
+        model: Default::default(),
+        task: TaskConfig {
+            min_len: 2,
+            max_len: 4,
+            eval_size: 8,
+            ..TaskConfig::default()
+        },
+        seeds: vec![0, 1],
+        steps: 2,
+        eval_every: 2,
+        flush_every: 2,
+        rl: RlConfig {
+            batch_prompts: 4,
+            group_size: 4,
+            minibatches: 2,
+            mismatch: driftlab::rl::Mismatch::RouterNoise { sigma: 0.3 },
+            ..RlConfig::default()
+        },
+        coldstart: ColdStartConfig {
+            max_steps: 10,
+            batch_size: 16,
+            eval_every: 10,
+            target_accuracy: 2.0,
+            ..ColdStartConfig::default()
+        },
+        collapse: Default::default(),
+        arms: vec![
+            ArmSpec::new(names[0], grpo(), RoutingMode::Native, FfnKind::Moe),
+            ArmSpec::new(names[1], grpo(), RoutingMode::R2, FfnKind::Moe),
+            ArmSpec::new(names[2], grpo(), RoutingMode::R3, FfnKind::Moe),
+            ArmSpec::new(
+                names[3],
+                Algorithm::Gspo(GspoConfig::default()),
+                RoutingMode::Native,
+                FfnKind::Moe,
+            ),
+            ArmSpec::new(names[4], grpo(), RoutingMode::Native, FfnKind::Dense),
+        ],
+        regimes: vec![],
+    }
+}
+
+fn run(spec: &ExperimentSpec, tag: &str) -> std::path::PathBuf {
+    let out = std::env::temp_dir().join(format!("driftlab-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let opts = RunOptions {
+        cache_dir: std::env::temp_dir()
+            .join(format!("driftlab-names-cache-{}", std::process::id())),
+        out: out.clone(),
+        device: flex(),
+        device_name: "flex".into(),
+        show_progress: false,
+        jobs: 1,
+        stop: Arc::new(AtomicBool::new(false)),
+        on_step: None,
+    };
+    run_experiment(spec, &opts).unwrap();
+    out
+}
+
+const MOE_DRIFT_NAMES: [&str; 5] = ["grpo", "grpo_r2", "grpo_r3", "gspo", "dense"];
+const OTHER_NAMES: [&str; 5] = ["baseline", "replay2", "replay3", "seqlevel", "ctrl"];
+
+#[test]
+fn config_json_records_every_cells_resolved_config() {
+    let spec = tiny_spec(OTHER_NAMES);
+    let out = run(&spec, "cells");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    let cells: Vec<CellConfig> = serde_json::from_value(v["cells"].clone()).unwrap();
+    assert_eq!(cells, spec.resolve("flex").unwrap());
+    assert_eq!(cells.len(), 5 * 2);
+    for c in &cells {
+        let arm = spec.arms.iter().find(|a| a.name == c.arm).unwrap();
+        assert_eq!(c.rl.algorithm, arm.algorithm, "{}", c.arm);
+        assert_eq!((c.rl.routing, c.model.ffn), (arm.routing, arm.ffn));
+        assert_eq!((c.rl.total_steps, c.device.as_str()), (2, "flex"));
+    }
+    assert_eq!(cells[8].rl.algorithm.kind(), AlgorithmKind::Grpo);
+    assert_eq!(cells[8].model.ffn, FfnKind::Dense);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Rename the arms of a run folder (frames and `config.json`).
+fn rename(dir: &Path, to: &Path, map: &[(&str, &str)]) {
+    std::fs::create_dir_all(to).unwrap();
+    for frame in driftlab::metrics::schema::frames() {
+        let df = read_parquet(&dir.join(frame.file_name())).unwrap();
+        let arms: Vec<String> = driftlab::metrics::frames::str_col(&df, "arm")
+            .unwrap()
+            .iter()
+            .map(|a| map.iter().find(|(f, _)| f == a).unwrap().1.to_string())
+            .collect();
+        let mut df = df.clone();
+        df.with_column(Column::new("arm".into(), arms)).unwrap();
+        write_parquet(&mut df, &to.join(frame.file_name())).unwrap();
+    }
+    let mut text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    for (from, into) in map {
+        text = text.replace(&format!("\"{from}\""), &format!("\"{into}\""));
+    }
+    std::fs::write(to.join("config.json"), text).unwrap();
+}
+
+#[test]
+fn findings_do_not_depend_on_arm_names() {
+    let out = run(&tiny_spec(OTHER_NAMES), "names");
+    let renamed = out.with_extension("renamed");
+    let map: Vec<(&str, &str)> = OTHER_NAMES.into_iter().zip(MOE_DRIFT_NAMES).collect();
+    rename(&out, &renamed, &map);
+    let text = |d: &Path| findings(&load_frames(d).unwrap(), &RunInfo::load(d)).unwrap();
+    let mut own = text(&out);
+    for (from, into) in &map {
+        own = own.replace(&format!("`{from}`"), &format!("`{into}`"));
+    }
+    let standard = text(&renamed);
+    assert!(
+        !standard.contains("not measured"),
+        "every claim's arms are present:\n{standard}"
+    );
+    assert_eq!(own, standard, "the same findings under other arm names");
+    let _ = std::fs::remove_dir_all(&out);
+    let _ = std::fs::remove_dir_all(&renamed);
+}
