@@ -2,51 +2,21 @@
 
 mod common;
 use common::flex;
-use driftlab::coldstart::ColdStartConfig;
 use driftlab::experiment::{ArmSpec, ExperimentSpec, RunOptions, run_experiment};
 use driftlab::io::read_parquet;
 use driftlab::metrics::frames::{f64_col, i64_col};
-use driftlab::model::{FfnKind, Preset};
+use driftlab::model::FfnKind;
 use driftlab::report::{PLOTS, write_report};
-use driftlab::rl::{Algorithm, DriftInjection, GrpoConfig, GspoConfig, RlConfig, RoutingMode};
-use driftlab::task::TaskConfig;
+use driftlab::rl::{Algorithm, DriftInjection, GrpoConfig, GspoConfig, RoutingMode};
 use polars::prelude::DataType;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 fn spec(steps: usize) -> ExperimentSpec {
-    ExperimentSpec {
-        name: "tiny_test".into(),
-        description: "integration test".into(),
-        preset: Preset::Tiny,
-        model: Default::default(),
-        task: TaskConfig {
-            min_len: 2,
-            max_len: 5,
-            eval_size: 16,
-            ..TaskConfig::default()
-        },
-        seeds: vec![0, 1],
+    let mut s = common::tiny_experiment(
         steps,
-        eval_every: 2,
-        flush_every: 1,
-        rl: RlConfig {
-            batch_prompts: 4,
-            group_size: 4,
-            minibatches: 2,
-            drift_injection: Some(DriftInjection::Sigma { sigma: 0.5 }),
-            ..RlConfig::default()
-        },
-        coldstart: ColdStartConfig {
-            max_steps: 20,
-            batch_size: 16,
-            eval_every: 10,
-            target_accuracy: 2.0,
-            ..ColdStartConfig::default()
-        },
-        collapse: Default::default(),
-        arms: vec![
+        vec![
             ArmSpec::new(
                 "grpo_r2",
                 Algorithm::Grpo(GrpoConfig::default()),
@@ -60,8 +30,9 @@ fn spec(steps: usize) -> ExperimentSpec {
                 FfnKind::Moe,
             ),
         ],
-        regimes: vec![],
-    }
+    );
+    s.rl.drift_injection = Some(DriftInjection::Sigma { sigma: 0.5 });
+    s
 }
 
 fn opts(tag: &str) -> RunOptions {

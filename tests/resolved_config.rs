@@ -3,13 +3,11 @@
 
 mod common;
 use common::flex;
-use driftlab::coldstart::ColdStartConfig;
 use driftlab::experiment::{ArmSpec, CellConfig, ExperimentSpec, RunOptions, run_experiment};
 use driftlab::io::{read_parquet, write_parquet};
-use driftlab::model::{FfnKind, Preset};
+use driftlab::model::FfnKind;
 use driftlab::report::{RunInfo, findings::findings, load_frames};
 use driftlab::rl::{Algorithm, AlgorithmKind, GrpoConfig, GspoConfig, RlConfig, RoutingMode};
-use driftlab::task::TaskConfig;
 use polars::prelude::*;
 use std::path::Path;
 use std::sync::Arc;
@@ -84,37 +82,9 @@ fn arms_override_rl_and_model_keys_with_the_same_checks() {
 /// A tiny two-seed run whose arms cover every claim, under the given arm names.
 fn tiny_spec(names: [&str; 5]) -> ExperimentSpec {
     let grpo = || Algorithm::Grpo(GrpoConfig::default());
-    ExperimentSpec {
-        name: "names".into(),
-        description: "arm names".into(),
-        preset: Preset::Tiny,
-        model: Default::default(),
-        task: TaskConfig {
-            min_len: 2,
-            max_len: 4,
-            eval_size: 8,
-            ..TaskConfig::default()
-        },
-        seeds: vec![0, 1],
-        steps: 2,
-        eval_every: 2,
-        flush_every: 2,
-        rl: RlConfig {
-            batch_prompts: 4,
-            group_size: 4,
-            minibatches: 2,
-            mismatch: driftlab::rl::Mismatch::RouterNoise { sigma: 0.3 },
-            ..RlConfig::default()
-        },
-        coldstart: ColdStartConfig {
-            max_steps: 10,
-            batch_size: 16,
-            eval_every: 10,
-            target_accuracy: 2.0,
-            ..ColdStartConfig::default()
-        },
-        collapse: Default::default(),
-        arms: vec![
+    let mut s = common::tiny_experiment(
+        2,
+        vec![
             ArmSpec::new(names[0], grpo(), RoutingMode::Native, FfnKind::Moe),
             ArmSpec::new(names[1], grpo(), RoutingMode::R2, FfnKind::Moe),
             ArmSpec::new(names[2], grpo(), RoutingMode::R3, FfnKind::Moe),
@@ -126,8 +96,11 @@ fn tiny_spec(names: [&str; 5]) -> ExperimentSpec {
             ),
             ArmSpec::new(names[4], grpo(), RoutingMode::Native, FfnKind::Dense),
         ],
-        regimes: vec![],
-    }
+    );
+    s.name = "names".into();
+    s.flush_every = 2;
+    s.rl.mismatch = driftlab::rl::Mismatch::RouterNoise { sigma: 0.3 };
+    s
 }
 
 fn run(spec: &ExperimentSpec, tag: &str) -> std::path::PathBuf {

@@ -53,3 +53,44 @@ pub fn batch_of(problems: &[Problem]) -> SeqBatch {
 pub fn max_abs(a: &[f32], b: &[f32]) -> f32 {
     driftlab::tensors::max_abs_diff(a, b)
 }
+
+/// A tiny experiment of two seeds (B 4 × G 4, N 2, a 20-step cold start) with these arms; tests
+/// change what they need.
+pub fn tiny_experiment(
+    steps: usize,
+    arms: Vec<driftlab::experiment::ArmSpec>,
+) -> driftlab::experiment::ExperimentSpec {
+    use driftlab::coldstart::ColdStartConfig;
+    driftlab::experiment::ExperimentSpec {
+        name: "tiny_test".into(),
+        description: "integration test".into(),
+        preset: driftlab::model::Preset::Tiny,
+        model: Default::default(),
+        task: TaskConfig {
+            min_len: 2,
+            max_len: 5,
+            eval_size: 16,
+            ..TaskConfig::default()
+        },
+        seeds: vec![0, 1],
+        steps,
+        eval_every: 2,
+        flush_every: 1,
+        rl: driftlab::rl::RlConfig {
+            batch_prompts: 4,
+            group_size: 4,
+            minibatches: 2,
+            ..driftlab::rl::RlConfig::default()
+        },
+        coldstart: ColdStartConfig {
+            max_steps: 20,
+            batch_size: 16,
+            eval_every: 10,
+            target_accuracy: 2.0,
+            ..ColdStartConfig::default()
+        },
+        collapse: Default::default(),
+        arms,
+        regimes: vec![],
+    }
+}
