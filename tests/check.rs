@@ -2,26 +2,15 @@
 //! and invariants that hold whatever the baseline.
 
 mod common;
-use common::flex;
 use driftlab::check::{Baseline, check, compare, measure};
 use driftlab::experiment::{ExperimentSpec, RunOptions};
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 fn opts(tag: &str) -> RunOptions {
-    let out = std::env::temp_dir().join(format!("driftlab-check-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    RunOptions {
-        out,
-        device: flex(),
-        device_name: "flex".into(),
-        cache_dir: Path::new(driftlab::io::DEFAULT_CACHE_DIR).into(),
-        show_progress: false,
-        jobs: 1,
-        stop: Arc::new(AtomicBool::new(false)),
-        on_step: None,
-    }
+    common::run_options(
+        &format!("check-{tag}"),
+        Path::new(driftlab::io::DEFAULT_CACHE_DIR).into(),
+    )
 }
 
 #[test]

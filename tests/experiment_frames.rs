@@ -1,7 +1,6 @@
 //! End to end on `tiny`: runner → Parquet → report; interruption keeps readable data.
 
 mod common;
-use common::flex;
 use driftlab::experiment::{ArmSpec, ExperimentSpec, RunOptions, run_experiment};
 use driftlab::io::read_parquet;
 use driftlab::metrics::frames::{f64_col, i64_col};
@@ -10,8 +9,7 @@ use driftlab::report::{PLOTS, write_report};
 use driftlab::rl::{Algorithm, DriftInjection, GrpoConfig, GspoConfig, RoutingMode};
 use polars::prelude::DataType;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 fn spec(steps: usize) -> ExperimentSpec {
     let mut s = common::tiny_experiment(
@@ -37,17 +35,7 @@ fn spec(steps: usize) -> ExperimentSpec {
 
 fn opts(tag: &str) -> RunOptions {
     let out = std::env::temp_dir().join(format!("driftlab-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    RunOptions {
-        cache_dir: out.join("cache"),
-        out,
-        device: flex(),
-        device_name: "flex".into(),
-        show_progress: false,
-        jobs: 1,
-        stop: Arc::new(AtomicBool::new(false)),
-        on_step: None,
-    }
+    common::run_options(tag, out.join("cache"))
 }
 
 #[test]

@@ -2,16 +2,13 @@
 //! records what every cell ran, and findings find arms by what they are, not by name.
 
 mod common;
-use common::flex;
-use driftlab::experiment::{ArmSpec, CellConfig, ExperimentSpec, RunOptions, run_experiment};
+use driftlab::experiment::{ArmSpec, CellConfig, ExperimentSpec, run_experiment};
 use driftlab::io::{read_parquet, write_parquet};
 use driftlab::model::FfnKind;
 use driftlab::report::{RunInfo, findings::findings, load_frames};
 use driftlab::rl::{Algorithm, AlgorithmKind, GrpoConfig, GspoConfig, RlConfig, RoutingMode};
 use polars::prelude::*;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 const HEAD: &str = "name = 'x'\ndescription = 'd'\nseeds = [0]\nsteps = 1\n";
 const ARM: &str = "[[arms]]\nname = 'a'\nalgorithm = { kind = 'grpo' }\n";
@@ -104,19 +101,9 @@ fn tiny_spec(names: [&str; 5]) -> ExperimentSpec {
 }
 
 fn run(spec: &ExperimentSpec, tag: &str) -> std::path::PathBuf {
-    let out = std::env::temp_dir().join(format!("driftlab-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let opts = RunOptions {
-        cache_dir: std::env::temp_dir()
-            .join(format!("driftlab-names-cache-{}", std::process::id())),
-        out: out.clone(),
-        device: flex(),
-        device_name: "flex".into(),
-        show_progress: false,
-        jobs: 1,
-        stop: Arc::new(AtomicBool::new(false)),
-        on_step: None,
-    };
+    let cache = std::env::temp_dir().join(format!("driftlab-names-cache-{}", std::process::id()));
+    let opts = common::run_options(tag, cache);
+    let out = opts.out.clone();
     run_experiment(spec, &opts).unwrap();
     out
 }

@@ -94,3 +94,20 @@ pub fn tiny_experiment(
         regimes: vec![],
     }
 }
+
+/// Run options for a test: a fresh `driftlab-<tag>-<pid>` output folder under the temporary
+/// directory, flex, one job, no progress bars; cold starts cached in `cache_dir`.
+pub fn run_options(tag: &str, cache_dir: std::path::PathBuf) -> driftlab::experiment::RunOptions {
+    let out = std::env::temp_dir().join(format!("driftlab-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    driftlab::experiment::RunOptions {
+        cache_dir,
+        out,
+        device: flex(),
+        device_name: "flex".into(),
+        show_progress: false,
+        jobs: 1,
+        stop: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        on_step: None,
+    }
+}
