@@ -5,101 +5,18 @@
 //! not have is reported as not measured.
 
 use super::markdown::fmt_ci;
-use super::run_info::Identity;
+use super::roles::{Arms, collapses, n, ratio_explosions, warned_alone};
 use super::stats::{MeanCi, below, mean_ci, pearson, pearson_ci, separated};
 use super::summary::seed_means;
 use super::{ArmSummary, RunFrames, RunInfo, regimes, summarize};
-use crate::metrics::collapse::EventKind;
 use crate::metrics::frames::{f64_col, i64_col};
 use crate::model::FfnKind;
-use crate::rl::{AlgorithmKind, RoutingMode};
+use crate::rl::RoutingMode;
 use anyhow::Result;
 use std::fmt::Write as _;
 
 fn ci(m: &MeanCi) -> String {
     fmt_ci(m, "n/a")
-}
-
-/// The arms of one regime with their identities, in spec order.
-struct Arms {
-    arms: Vec<(ArmSummary, Identity)>,
-}
-
-impl Arms {
-    fn new(sums: Vec<ArmSummary>, info: &RunInfo) -> Arms {
-        let arms = sums
-            .into_iter()
-            .map(|a| {
-                let id = info
-                    .identity(&a.regime, &a.name)
-                    .unwrap_or_else(|| Identity {
-                        algorithm: AlgorithmKind::parse(&a.algorithm)
-                            .unwrap_or(AlgorithmKind::Grpo),
-                        routing: RoutingMode::parse(&a.routing).unwrap_or_default(),
-                        ffn: FfnKind::parse(&a.ffn).unwrap_or_default(),
-                        default_knobs: true,
-                    });
-                (a, id)
-            })
-            .collect();
-        Arms { arms }
-    }
-
-    /// The arm that runs `algorithm` with `routing` on `ffn`: the first in spec order with
-    /// default settings, else the first at all.
-    fn pick(
-        &self,
-        algorithm: AlgorithmKind,
-        routing: RoutingMode,
-        ffn: FfnKind,
-    ) -> Option<&ArmSummary> {
-        let matches =
-            |id: &Identity| id.algorithm == algorithm && id.routing == routing && id.ffn == ffn;
-        let all: Vec<&(ArmSummary, Identity)> =
-            self.arms.iter().filter(|(_, id)| matches(id)).collect();
-        all.iter()
-            .find(|(_, id)| id.default_knobs)
-            .or(all.first())
-            .map(|(a, _)| a)
-    }
-
-    fn grpo(&self, routing: RoutingMode) -> Option<&ArmSummary> {
-        self.pick(AlgorithmKind::Grpo, routing, FfnKind::Moe)
-    }
-
-    fn gspo(&self) -> Option<&ArmSummary> {
-        self.pick(AlgorithmKind::Gspo, RoutingMode::Native, FfnKind::Moe)
-    }
-
-    fn dense(&self) -> Option<&ArmSummary> {
-        self.pick(AlgorithmKind::Grpo, RoutingMode::Native, FfnKind::Dense)
-    }
-}
-
-/// An arm's name as the report prints it.
-fn n(a: &ArmSummary) -> String {
-    format!("`{}`", a.name)
-}
-
-fn collapses(a: &ArmSummary) -> usize {
-    a.collapsed_cells
-}
-
-fn ratio_explosions(a: &ArmSummary) -> usize {
-    a.collapses
-        .get(EventKind::RatioExplosion.name())
-        .map_or(0, |c| c.0)
-}
-
-/// Every cell of `a` had a ratio explosion and no cell of the `others` did, with at least 3
-/// cells per arm: the most extreme table of a one-sided Fisher exact test against each other
-/// arm, p = 1/C(2n, n) ≤ 0.05.
-fn warned_alone(a: &ArmSummary, others: &[&ArmSummary]) -> bool {
-    a.seeds >= 3
-        && ratio_explosions(a) == a.seeds
-        && others
-            .iter()
-            .all(|o| o.seeds >= 3 && ratio_explosions(o) == 0)
 }
 
 /// What claim (e) measures in one regime.
@@ -438,50 +355,4 @@ pub fn findings(f: &RunFrames, info: &RunInfo) -> Result<String> {
         }
     }
     Ok(md)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::BTreeMap;
-
-    fn arm(seeds: usize, explosions: usize) -> ArmSummary {
-        let m = mean_ci(&[]);
-        let mut collapses = BTreeMap::new();
-        if explosions > 0 {
-            collapses.insert("ratio_explosion".to_string(), (explosions, 3));
-        }
-        ArmSummary {
-            arm: "a".into(),
-            regime: "r".into(),
-            name: "a".into(),
-            algorithm: "grpo".into(),
-            ffn: "moe".into(),
-            routing: "native".into(),
-            seeds,
-            final_reward: m,
-            final_eval: m,
-            steps_to_target: m,
-            reached: 0,
-            drift_expert_frac: m,
-            drift_since_rollout_frac: m,
-            clip_frac_tok: m,
-            ratio_tok_var: m,
-            ratio_seq_var: m,
-            mismatch_kl_k3: m,
-            mismatch_route_frac: m,
-            collapses,
-            collapsed_cells: 0,
-            warned_cells: explosions,
-        }
-    }
-
-    #[test]
-    fn ratio_explosions_count_only_when_all_against_none() {
-        assert!(warned_alone(&arm(3, 3), &[&arm(3, 0), &arm(3, 0)]));
-        assert!(!warned_alone(&arm(3, 2), &[&arm(3, 0)]));
-        assert!(!warned_alone(&arm(3, 3), &[&arm(3, 1)]));
-        // Two seeds per arm cannot reach p ≤ 0.05 (1/C(4, 2) = 1/6).
-        assert!(!warned_alone(&arm(2, 2), &[&arm(2, 0)]));
-    }
 }

@@ -5,6 +5,7 @@ pub mod charts;
 pub mod figures;
 pub mod findings;
 pub mod markdown;
+pub mod roles;
 pub mod run_info;
 pub mod stats;
 pub mod summary;
