@@ -285,3 +285,27 @@ pub fn to_json() -> serde_json::Result<String> {
         .collect();
     serde_json::to_string_pretty(&serde_json::json!({ "frames": frames }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The events frame documents every event kind by its name, and nothing else.
+    #[test]
+    fn the_kind_column_lists_every_event_kind() {
+        let doc = EVENTS.columns().find(|c| c.name == "kind").unwrap().doc;
+        let listed: Vec<&str> = doc.split(" | ").collect();
+        assert_eq!(listed, crate::metrics::collapse::EventKind::NAMES);
+    }
+
+    #[test]
+    fn column_names_are_unique_within_a_frame() {
+        for f in frames() {
+            let mut names: Vec<&str> = f.columns().map(|c| c.name).collect();
+            names.sort_unstable();
+            let n = names.len();
+            names.dedup();
+            assert_eq!(names.len(), n, "{}", f.name);
+        }
+    }
+}
