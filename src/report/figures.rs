@@ -1,8 +1,8 @@
 //! The plots of a run, from its frames: which series each figure shows (the drawing is in
 //! [`super::charts`]).
 
-use super::RunFrames;
 use super::charts::{BarChart, Chart, LineChart, Series, spans_decades};
+use super::load::{RunFrames, regimes};
 use super::stats::mean_ci;
 use super::summary::{labelled, seed_means};
 use crate::metrics::frames::{f64_col, i64_col, str_col};
@@ -168,7 +168,7 @@ fn clip_bars(f: &RunFrames, multi: bool) -> Result<BarChart> {
 /// Every plot of `f` under `pdir`.
 fn plots_in(pdir: &Path, f: &RunFrames) -> Result<()> {
     std::fs::create_dir_all(pdir).with_context(|| format!("creating {}", pdir.display()))?;
-    let multi = super::regimes(&f.steps).len() > 1;
+    let multi = regimes(&f.steps).len() > 1;
     let reward = series_by(&f.steps, multi, "step", "reward_mean")?;
     let mut chart = line(
         "Training reward (mean over seeds; band = seed range)",
@@ -229,7 +229,7 @@ fn plots_in(pdir: &Path, f: &RunFrames) -> Result<()> {
 /// Plots of every regime: `plots/<name>.png|svg` for a single-regime run, else
 /// `plots/<regime>/<name>.png|svg`. Returns (regime, folder relative to `dir`) per folder.
 pub fn make_plots(dir: &Path, f: &RunFrames) -> Result<Vec<(String, String)>> {
-    let regs = super::regimes(&f.steps);
+    let regs = regimes(&f.steps);
     if regs.len() <= 1 {
         plots_in(&dir.join("plots"), f)?;
         return Ok(vec![(

@@ -4,11 +4,13 @@
 //! routing mode, FFN, default settings), never by their names; a claim whose arms the run does
 //! not have is reported as not measured.
 
+use super::load::{RunFrames, regimes};
 use super::markdown::fmt_ci;
 use super::roles::{Arms, collapses, n, ratio_explosions, warned_alone};
+use super::run_info::RunInfo;
 use super::stats::{MeanCi, below, mean_ci, pearson, pearson_ci, separated};
 use super::summary::seed_means;
-use super::{ArmSummary, RunFrames, RunInfo, regimes, summarize};
+use super::summary::{ArmSummary, summarize};
 use crate::metrics::frames::{f64_col, i64_col};
 use crate::model::FfnKind;
 use crate::rl::RoutingMode;

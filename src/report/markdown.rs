@@ -1,8 +1,11 @@
 //! `report.md`: the regimes, the summary table, the events, the findings and the plots.
 
+use super::figures::PLOTS;
 use super::findings::findings;
+use super::load::RunFrames;
+use super::run_info::RunInfo;
 use super::stats::MeanCi;
-use super::{ArmSummary, PLOTS, RunFrames, RunInfo};
+use super::summary::ArmSummary;
 use crate::metrics::frames::{i64_col, str_col};
 use anyhow::Result;
 use std::fmt::Write as _;

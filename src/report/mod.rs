@@ -4,6 +4,7 @@
 pub mod charts;
 pub mod figures;
 pub mod findings;
+pub mod load;
 pub mod markdown;
 pub mod roles;
 pub mod run_info;
@@ -11,101 +12,13 @@ pub mod stats;
 pub mod summary;
 
 pub use figures::PLOTS;
+pub use load::{RunFrames, load_frames, regimes};
 pub use run_info::RunInfo;
 pub use stats::{MeanCi, mean_ci};
 pub use summary::{ArmSummary, summarize};
 
-use crate::io::read_parquet;
-use crate::metrics::frames::str_col;
-use crate::metrics::schema;
 use anyhow::{Context, Result};
-use polars::prelude::*;
 use std::path::Path;
-
-/// The four frames of a run, rows in a fixed order (see [`load_frames`]).
-#[derive(Clone)]
-pub struct RunFrames {
-    pub steps: DataFrame,
-    pub updates: DataFrame,
-    pub layers: DataFrame,
-    pub events: DataFrame,
-}
-
-impl RunFrames {
-    /// The rows of one regime.
-    pub fn regime(&self, regime: &str) -> Result<RunFrames> {
-        let keep = |df: &DataFrame| -> Result<DataFrame> {
-            Ok(df
-                .clone()
-                .lazy()
-                .filter(col("regime").eq(lit(regime)))
-                .collect()?)
-        };
-        Ok(RunFrames {
-            steps: keep(&self.steps)?,
-            updates: keep(&self.updates)?,
-            layers: keep(&self.layers)?,
-            events: keep(&self.events)?,
-        })
-    }
-}
-
-/// Distinct values of the `regime` column in order of appearance.
-pub fn regimes(df: &DataFrame) -> Vec<String> {
-    let mut out = Vec::new();
-    for r in str_col(df, "regime").unwrap_or_default() {
-        if !out.contains(&r) {
-            out.push(r);
-        }
-    }
-    out
-}
-
-/// The frames of the run in `dir`, each sorted by cell — in spec order (`config.json`), else
-/// in order of first appearance — then seed, step, minibatch and layer (those present), so
-/// that summaries and reports do not depend on the order in which parallel cells flushed.
-pub fn load_frames(dir: &Path) -> Result<RunFrames> {
-    let order = RunInfo::load(dir).order();
-    let [steps, updates, layers, events] = schema::frames()
-        .map(|s| read_parquet(&dir.join(s.file_name())).and_then(|df| sorted_by_cell(df, &order)));
-    Ok(RunFrames {
-        steps: steps?,
-        updates: updates?,
-        layers: layers?,
-        events: events?,
-    })
-}
-
-fn sorted_by_cell(df: DataFrame, order: &[(String, String)]) -> Result<DataFrame> {
-    if df.height() == 0 {
-        return Ok(df);
-    }
-    let arms = str_col(&df, "arm")?;
-    let regimes = str_col(&df, "regime")?;
-    let mut ranks: Vec<(String, String)> = order.to_vec();
-    let rank: Vec<u32> = regimes
-        .into_iter()
-        .zip(arms)
-        .map(|key| {
-            let i = ranks.iter().position(|k| *k == key).unwrap_or_else(|| {
-                ranks.push(key);
-                ranks.len() - 1
-            });
-            i as u32
-        })
-        .collect();
-    let mut df = df;
-    df.with_column(Column::new("__cell_rank".into(), rank))?;
-    let keys: Vec<&str> = ["__cell_rank", "seed", "step", "minibatch", "layer"]
-        .into_iter()
-        .filter(|k| df.column(k).is_ok())
-        .collect();
-    let sorted = df.sort(
-        keys,
-        SortMultipleOptions::default().with_maintain_order(true),
-    )?;
-    Ok(sorted.drop("__cell_rank")?)
-}
 
 /// Rebuild `summary.csv`, `summary.json`, `plots/` and `report.md` in `dir` from its files.
 pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {

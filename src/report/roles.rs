@@ -1,8 +1,8 @@
 //! Which arm plays which part in a claim: arms are found by what they are (objective, routing
 //! mode, FFN, default settings), never by their names; and the per-arm counts the verdicts use.
 
-use super::ArmSummary;
 use super::run_info::{Identity, RunInfo};
+use super::summary::ArmSummary;
 use crate::metrics::collapse::EventKind;
 use crate::model::FfnKind;
 use crate::rl::{AlgorithmKind, RoutingMode};

@@ -1,7 +1,7 @@
 //! Per-arm summaries over seeds, computed with Polars: a lazy `group_by` per cell, then a mean
 //! and 95% interval over the cells (seeds) of each arm.
 
-use super::RunFrames;
+use super::load::{RunFrames, regimes};
 use super::stats::{MeanCi, mean_ci};
 use crate::io::{write_csv, write_json};
 use crate::metrics::collapse::EventKind;
@@ -181,7 +181,7 @@ fn cell_values(cells: &DataFrame, means: &[&str]) -> Result<HashMap<(String, i64
 }
 
 pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
-    let multi = super::regimes(&f.steps).len() > 1;
+    let multi = regimes(&f.steps).len() > 1;
     let mut steps = labelled(&f.steps, multi)?;
     if steps.column("ffn").is_err() {
         steps.with_column(Column::new(
@@ -273,7 +273,7 @@ pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
 
 /// Per seed of `label`: the mean of `column` over that cell's rows of `df`.
 pub fn seed_means(df: &DataFrame, label: &str, column: &str) -> Result<Vec<f64>> {
-    let multi = super::regimes(df).len() > 1;
+    let multi = regimes(df).len() > 1;
     let cells = per_cell(&labelled(df, multi)?, &[], &[column], vec![])?;
     let (labels, v) = (str_col(&cells, "label")?, f64_col(&cells, column)?);
     Ok(labels

@@ -1,0 +1,95 @@
+//! A run's frames as the report reads them: from Parquet, each sorted by cell, regime by
+//! regime.
+
+use super::run_info::RunInfo;
+use crate::io::read_parquet;
+use crate::metrics::frames::str_col;
+use crate::metrics::schema;
+use anyhow::Result;
+use polars::prelude::*;
+use std::path::Path;
+
+/// The four frames of a run, rows in a fixed order (see [`load_frames`]).
+#[derive(Clone)]
+pub struct RunFrames {
+    pub steps: DataFrame,
+    pub updates: DataFrame,
+    pub layers: DataFrame,
+    pub events: DataFrame,
+}
+
+impl RunFrames {
+    /// The rows of one regime.
+    pub fn regime(&self, regime: &str) -> Result<RunFrames> {
+        let keep = |df: &DataFrame| -> Result<DataFrame> {
+            Ok(df
+                .clone()
+                .lazy()
+                .filter(col("regime").eq(lit(regime)))
+                .collect()?)
+        };
+        Ok(RunFrames {
+            steps: keep(&self.steps)?,
+            updates: keep(&self.updates)?,
+            layers: keep(&self.layers)?,
+            events: keep(&self.events)?,
+        })
+    }
+}
+
+/// Distinct values of the `regime` column in order of appearance.
+pub fn regimes(df: &DataFrame) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in str_col(df, "regime").unwrap_or_default() {
+        if !out.contains(&r) {
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// The frames of the run in `dir`, each sorted by cell — in spec order (`config.json`), else
+/// in order of first appearance — then seed, step, minibatch and layer (those present), so
+/// that summaries and reports do not depend on the order in which parallel cells flushed.
+pub fn load_frames(dir: &Path) -> Result<RunFrames> {
+    let order = RunInfo::load(dir).order();
+    let [steps, updates, layers, events] = schema::frames()
+        .map(|s| read_parquet(&dir.join(s.file_name())).and_then(|df| sorted_by_cell(df, &order)));
+    Ok(RunFrames {
+        steps: steps?,
+        updates: updates?,
+        layers: layers?,
+        events: events?,
+    })
+}
+
+fn sorted_by_cell(df: DataFrame, order: &[(String, String)]) -> Result<DataFrame> {
+    if df.height() == 0 {
+        return Ok(df);
+    }
+    let arms = str_col(&df, "arm")?;
+    let regimes = str_col(&df, "regime")?;
+    let mut ranks: Vec<(String, String)> = order.to_vec();
+    let rank: Vec<u32> = regimes
+        .into_iter()
+        .zip(arms)
+        .map(|key| {
+            let i = ranks.iter().position(|k| *k == key).unwrap_or_else(|| {
+                ranks.push(key);
+                ranks.len() - 1
+            });
+            i as u32
+        })
+        .collect();
+    let mut df = df;
+    df.with_column(Column::new("__cell_rank".into(), rank))?;
+    let keys: Vec<&str> = ["__cell_rank", "seed", "step", "minibatch", "layer"]
+        .into_iter()
+        .filter(|k| df.column(k).is_ok())
+        .collect();
+    let sorted = df.sort(
+        keys,
+        SortMultipleOptions::default().with_maintain_order(true),
+    )?;
+    Ok(sorted.drop("__cell_rank")?)
+}
