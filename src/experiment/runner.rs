@@ -9,8 +9,7 @@ use crate::io::write_json;
 use crate::metrics::collapse::{CollapseDetector, StepSignals};
 use crate::metrics::frames::Frames;
 use crate::metrics::rows::{
-    CellId, Shape, event_row, layer_rows, mismatch_stats, ratio_tok_max, step_loads, step_row,
-    update_row,
+    CellId, Shape, StepMeasures, event_row, layer_rows, ratio_tok_max, step_row, update_row,
 };
 use crate::parallel::work_queue;
 use crate::rl::{StepOutput, Trainer};
@@ -147,12 +146,12 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
     // Cold starts first, `jobs` at a time: cells with the same model, task, cold-start
     // settings and seed share one cached model, and each cold start is deterministic whichever
     // worker trains it.
+    let mut keys: Vec<String> = Vec::new();
     let mut firsts: Vec<&CellConfig> = Vec::new();
     for c in &cells {
-        if !firsts
-            .iter()
-            .any(|f| f.coldstart_key() == c.coldstart_key())
-        {
+        let key = c.coldstart_key();
+        if !keys.contains(&key) {
+            keys.push(key);
             firsts.push(c);
         }
     }
@@ -217,18 +216,14 @@ fn cold_start(
 }
 
 /// What the collapse detector reads from one step.
-fn signals(out: &StepOutput, shape: Shape) -> StepSignals {
+fn signals(out: &StepOutput, m: &StepMeasures) -> StepSignals {
     let mut s = StepSignals {
         step: out.step,
         reward_mean: out.rewards.iter().map(|&r| f64::from(r)).sum::<f64>()
             / out.rewards.len().max(1) as f64,
         entropy: f64::from(out.entropy),
-        loads: if shape.moe {
-            step_loads(out, shape)
-        } else {
-            Vec::new()
-        },
-        mismatch_extreme_frac: mismatch_stats(out).1,
+        loads: m.loads.clone(),
+        mismatch_extreme_frac: m.mismatch.1,
         ..StepSignals::default()
     };
     for u in &out.updates {
@@ -257,11 +252,18 @@ fn record_step(
         n_experts: cell.model.n_experts,
         moe: cell.model.is_moe(),
     };
-    let sig = signals(out, shape);
+    let measures = StepMeasures::of(out, shape);
+    let sig = signals(out, &measures);
     let events = detector.observe(&sig);
     let mut f = frames.lock().expect("frames lock");
-    f.steps
-        .push(step_row(id, out, eval, shape, cell.rl.group_size))?;
+    f.steps.push(step_row(
+        id,
+        out,
+        eval,
+        shape,
+        cell.rl.group_size,
+        &measures,
+    ))?;
     for u in &out.updates {
         f.updates.push(update_row(id, out.step, u, shape))?;
         for r in layer_rows(id, out.step, u, shape) {

@@ -239,6 +239,23 @@ pub fn mismatch_stats(out: &StepOutput) -> (f64, f64) {
     (kl, extreme)
 }
 
+/// What a step's row shares with the collapse detector, computed once per step.
+pub struct StepMeasures {
+    /// [`mismatch_stats`]: `(mismatch_kl_k3, mismatch_extreme_frac)`.
+    pub mismatch: (f64, f64),
+    /// [`step_loads`] (empty for a dense model).
+    pub loads: Vec<Vec<f64>>,
+}
+
+impl StepMeasures {
+    pub fn of(out: &StepOutput, shape: Shape) -> Self {
+        StepMeasures {
+            mismatch: mismatch_stats(out),
+            loads: step_loads(out, shape),
+        }
+    }
+}
+
 /// Per-step metrics (DESIGN §7). `eval_accuracy` is null on steps without an evaluation.
 pub fn step_row(
     id: &CellId,
@@ -246,6 +263,7 @@ pub fn step_row(
     eval_accuracy: Option<f64>,
     shape: Shape,
     group_size: usize,
+    m: &StepMeasures,
 ) -> Row {
     let r: Vec<f64> = out.rewards.iter().map(|&x| f64::from(x)).collect();
     let (rm, rv) = mean_var(&r);
@@ -255,14 +273,14 @@ pub fn step_row(
         .filter(|g| g.iter().all(|&x| x == g[0]))
         .count();
     let n_groups = (out.rewards.len() / group_size).max(1);
-    let (mkl, extreme) = mismatch_stats(out);
+    let (mkl, extreme) = m.mismatch;
     let routed: Vec<bool> = out
         .routes_rollout
         .first()
         .map(|r| r.chunks_exact(shape.k).map(|c| c[0] != NO_ROUTE).collect())
         .unwrap_or_default();
     let (route_frac, _, _, _) = model_drift(&out.routes_old, &out.routes_rollout, &routed, shape.k);
-    let loads = step_loads(out, shape);
+    let loads = &m.loads;
     let mut row = id.row(out.step);
     row.extend([
         ("reward_mean", f(rm)),

@@ -2,7 +2,7 @@
 //! [`super::charts`]).
 
 use super::charts::{BarChart, Chart, LineChart, Series, spans_decades};
-use super::load::{RunFrames, regimes};
+use super::load::{RunFrames, distinct, regimes};
 use super::stats::mean_ci;
 use super::summary::{labelled, seed_means};
 use crate::metrics::frames::{f64_col, i64_col, str_col};
@@ -24,7 +24,9 @@ pub const PLOTS: &[&str] = &[
 /// Per label, per `x`: the mean over seeds of each seed's mean of `column` at that `x`, with
 /// the min–max over seeds as a band (when there are several).
 fn series_by(df: &DataFrame, multi: bool, x: &str, column: &str) -> Result<Vec<Series>> {
-    let per_seed = labelled(df, multi)?
+    let df = labelled(df, multi)?;
+    let names = distinct(str_col(&df, "label")?);
+    let per_seed = df
         .lazy()
         .filter(col(column).is_not_null())
         .group_by_stable([col("label"), col(x), col("seed")])
@@ -50,7 +52,7 @@ fn series_by(df: &DataFrame, multi: bool, x: &str, column: &str) -> Result<Vec<S
     );
     let n = i64_col(&per_seed, "n")?;
     let mut out: Vec<Series> = Vec::new();
-    for name in first_appearance(&str_col(&labelled(df, multi)?, "label")?) {
+    for name in names {
         let mut s = Series {
             name: name.clone(),
             points: Vec::new(),
@@ -68,16 +70,6 @@ fn series_by(df: &DataFrame, multi: bool, x: &str, column: &str) -> Result<Vec<S
         out.push(s);
     }
     Ok(out)
-}
-
-fn first_appearance(v: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for x in v {
-        if !out.contains(x) {
-            out.push(x.clone());
-        }
-    }
-    out
 }
 
 fn line(title: &str, x_label: &str, y_label: &str, series: Vec<Series>, log_y: bool) -> LineChart {
@@ -145,11 +137,10 @@ fn variance_vs_length(f: &RunFrames) -> Result<LineChart> {
 }
 
 /// Clipped-token fraction per arm with its 95% interval over seeds.
-fn clip_bars(f: &RunFrames, multi: bool) -> Result<BarChart> {
-    let labels = first_appearance(&str_col(&labelled(&f.updates, multi)?, "label")?);
+fn clip_bars(f: &RunFrames) -> Result<BarChart> {
     let mut bars = Vec::new();
-    for a in labels {
-        let m = mean_ci(&seed_means(&f.updates, &a, "clip_frac_tok")?);
+    for (a, seeds) in seed_means(&f.updates, "clip_frac_tok")? {
+        let m = mean_ci(&seeds);
         let e = m
             .ci95
             .is_finite()
@@ -188,7 +179,7 @@ fn plots_in(pdir: &Path, f: &RunFrames) -> Result<()> {
         false,
     )
     .save(pdir, "eval_accuracy")?;
-    clip_bars(f, multi)?.save(pdir, "clip_frac")?;
+    clip_bars(f)?.save(pdir, "clip_frac")?;
     let drift = series_by(&f.updates, multi, "step", "drift_expert_frac")?;
     let log = spans_decades(drift.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
     line(

@@ -264,7 +264,13 @@ fn mismatch(md: &mut String, r: &Regime) -> Result<()> {
         )?;
         return Ok(());
     };
-    let seeds = |a: &ArmSummary| seed_means(&r.frames.steps, &a.arm, "mismatch_kl_k3");
+    let kl = seed_means(&r.frames.steps, "mismatch_kl_k3")?;
+    let seeds = |a: &ArmSummary| -> Vec<f64> {
+        kl.iter()
+            .find(|(l, _)| *l == a.arm)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
     let mut line = format!(
         "- {}: k3 KL per token {} (MoE) {}; share of token-layer routes that differ {}.",
         r.name,
@@ -274,7 +280,7 @@ fn mismatch(md: &mut String, r: &Regime) -> Result<()> {
     );
     match r.arms.dense() {
         Some(d) => {
-            let larger = separated(&seeds(d)?, &seeds(m)?);
+            let larger = separated(&seeds(d), &seeds(m));
             write!(
                 line,
                 " {} {}: MoE > dense {}.",
@@ -290,7 +296,7 @@ fn mismatch(md: &mut String, r: &Regime) -> Result<()> {
     }
     match r.arms.grpo(RoutingMode::R3) {
         Some(r3) => {
-            let r3_less = separated(&seeds(r3)?, &seeds(m)?);
+            let r3_less = separated(&seeds(r3), &seeds(m));
             write!(
                 line,
                 " {} {}: R3 < native {}.",

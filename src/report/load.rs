@@ -39,10 +39,15 @@ impl RunFrames {
 
 /// Distinct values of the `regime` column in order of appearance.
 pub fn regimes(df: &DataFrame) -> Vec<String> {
-    let mut out = Vec::new();
-    for r in str_col(df, "regime").unwrap_or_default() {
-        if !out.contains(&r) {
-            out.push(r);
+    distinct(str_col(df, "regime").unwrap_or_default())
+}
+
+/// The distinct values of `v` in order of first appearance.
+pub fn distinct(v: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for x in v {
+        if !out.contains(&x) {
+            out.push(x);
         }
     }
     out
@@ -52,7 +57,12 @@ pub fn regimes(df: &DataFrame) -> Vec<String> {
 /// in order of first appearance — then seed, step, minibatch and layer (those present), so
 /// that summaries and reports do not depend on the order in which parallel cells flushed.
 pub fn load_frames(dir: &Path) -> Result<RunFrames> {
-    let order = RunInfo::load(dir).order();
+    load_frames_of(dir, &RunInfo::load(dir))
+}
+
+/// [`load_frames`] with the run's `config.json` already read.
+pub fn load_frames_of(dir: &Path, info: &RunInfo) -> Result<RunFrames> {
+    let order = info.order();
     let [steps, updates, layers, events] = schema::frames()
         .map(|s| read_parquet(&dir.join(s.file_name())).and_then(|df| sorted_by_cell(df, &order)));
     Ok(RunFrames {

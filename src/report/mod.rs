@@ -22,13 +22,13 @@ use std::path::Path;
 
 /// Rebuild `summary.csv`, `summary.json`, `plots/` and `report.md` in `dir` from its files.
 pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
-    let f = load_frames(dir).with_context(|| {
+    let info = RunInfo::load(dir);
+    let f = load::load_frames_of(dir, &info).with_context(|| {
         format!(
             "{} does not hold a readable run (steps/updates/layers/events.parquet)",
             dir.display()
         )
     })?;
-    let info = RunInfo::load(dir);
     let sums = summarize(&f)?;
     summary::write_summary_files(dir, &sums)?;
     let plot_dirs = figures::make_plots(dir, &f)?;

@@ -1,7 +1,7 @@
 //! Per-arm summaries over seeds, computed with Polars: a lazy `group_by` per cell, then a mean
 //! and 95% interval over the cells (seeds) of each arm.
 
-use super::load::{RunFrames, regimes};
+use super::load::{RunFrames, distinct, regimes};
 use super::stats::{MeanCi, mean_ci};
 use crate::io::{write_csv, write_json};
 use crate::metrics::collapse::EventKind;
@@ -271,16 +271,21 @@ pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
     Ok(out)
 }
 
-/// Per seed of `label`: the mean of `column` over that cell's rows of `df`.
-pub fn seed_means(df: &DataFrame, label: &str, column: &str) -> Result<Vec<f64>> {
+/// Per label (in order of first appearance), per seed: the mean of `column` over that cell's
+/// rows of `df`.
+pub fn seed_means(df: &DataFrame, column: &str) -> Result<Vec<(String, Vec<f64>)>> {
     let multi = regimes(df).len() > 1;
     let cells = per_cell(&labelled(df, multi)?, &[], &[column], vec![])?;
     let (labels, v) = (str_col(&cells, "label")?, f64_col(&cells, column)?);
-    Ok(labels
-        .iter()
-        .zip(v)
-        .filter(|(l, _)| *l == label)
-        .map(|(_, x)| x.unwrap_or(f64::NAN))
+    Ok(distinct(labels.iter().cloned())
+        .into_iter()
+        .map(|l| {
+            let seeds = (0..labels.len())
+                .filter(|&i| labels[i] == l)
+                .map(|i| v[i].unwrap_or(f64::NAN))
+                .collect();
+            (l, seeds)
+        })
         .collect())
 }
 
