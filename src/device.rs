@@ -85,9 +85,19 @@ fn wgpu(cpu: bool) -> Result<Device> {
         DeviceKind::DefaultDevice
     };
     let what = if cpu { "wgpu-cpu" } else { "wgpu" };
+    // The wgpu runtime registers once per process: a second `init` of the same kind fails, so
+    // the device is started once and handed out again after.
+    static STARTED: std::sync::Mutex<Vec<(bool, Device)>> = std::sync::Mutex::new(Vec::new());
+    let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, d)) = started.iter().find(|(c, _)| *c == cpu) {
+        return Ok(d.clone());
+    }
     let init = std::panic::catch_unwind(|| Device::wgpu_options().device_kind(kind).init());
     match init {
-        Ok(Ok(device)) => Ok(device),
+        Ok(Ok(device)) => {
+            started.push((cpu, device.clone()));
+            Ok(device)
+        }
         Ok(Err(e)) => bail!("device '{what}' could not start: {e}. {}", driver_hint(cpu)),
         Err(_) => bail!(
             "device '{what}' could not start (the wgpu runtime panicked). {}",
