@@ -67,6 +67,7 @@ pub fn moe_layer_ms(device: &Device, reps: usize) -> f64 {
                 })
                 .collect(),
             shared: None,
+            bias: mw.bias.clone(),
         };
         let o = moe_forward(
             &mw,
@@ -100,7 +101,7 @@ pub fn model_throughput(preset: Preset, device: &Device, reps: usize) -> Result<
         .sum();
     let train_s = median_secs(reps, || {
         let m = model.require_grad();
-        let loss = sft_loss(&m, &probs, 0.0);
+        let loss = sft_loss(&m, &probs, 0.0).0;
         let grads = loss.backward();
         let g = m.weights.head.grad(&grads).expect("head gradient");
         let _ = to_vec(g.slice([0..1, 0..1]));
@@ -128,36 +129,53 @@ pub fn model_throughput(preset: Preset, device: &Device, reps: usize) -> Result<
 /// cached cold start, with its split, and rollout / update tokens per second.
 pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
     use crate::coldstart::{ColdStartConfig, load_or_train};
-    use crate::rl::{RlConfig, Trainer};
-    let cfg = ModelConfig::preset(Preset::Toy, Tokenizer.vocab_size())?;
+    use crate::model::RouterKind;
+    use crate::rl::{RlConfig, RouterShiftConfig, Trainer};
     let task = Task::new(TaskConfig::default(), 0)?;
-    let cs = load_or_train(
-        &cfg,
-        &task,
-        &ColdStartConfig::default(),
-        0,
-        device,
-        std::path::Path::new(crate::io::DEFAULT_CACHE_DIR),
-        Some(&indicatif::MultiProgress::new()),
-    )?;
-    // (probe, micro-batches and rollout shards, threads: None = the pool as configured).
-    // Probe off and no reference model: the same work as a plain GRPO step (rollout, π_old
-    // recompute, 4 updates); probe on adds the instrumentation driftlab exists for. The
-    // one-thread rows show what one experiment cell costs (cells run one thread each).
+    let cold = |router: RouterKind| {
+        let cfg = ModelConfig {
+            router,
+            ..ModelConfig::preset(Preset::Toy, Tokenizer.vocab_size())?
+        };
+        load_or_train(
+            &cfg,
+            &task,
+            &ColdStartConfig::default(),
+            0,
+            device,
+            std::path::Path::new(crate::io::DEFAULT_CACHE_DIR),
+            Some(&indicatif::MultiProgress::new()),
+        )
+    };
+    let softmax = cold(RouterKind::Softmax)?;
+    // (probe, micro-batches and rollout shards, threads: None = the pool as configured, what
+    // else is on). Probe off and no reference model: the same work as a plain GRPO step
+    // (rollout, π_old recompute, 4 updates); probe on adds the instrumentation driftlab exists
+    // for. The one-thread rows show what one experiment cell costs (cells run one thread
+    // each). The last two rows price RSPO's router shift and the sigmoid_bias router (its
+    // own cold start; the bias-only probe runs with the probe) against the probe-on row.
     let variants = [
-        (false, 2, None),
-        (true, 2, None),
-        (false, 1, Some(1)),
-        (false, 2, Some(1)),
+        (false, 2, None, ""),
+        (true, 2, None, ""),
+        (false, 1, Some(1), ""),
+        (false, 2, Some(1), ""),
+        (true, 2, None, "router_shift"),
+        (true, 2, None, "sigmoid_bias"),
     ];
-    for (probe, parts, threads) in variants {
+    for (probe, parts, threads, extra) in variants {
         let cfg = RlConfig {
             measure_kl_ref: probe,
             micro_batches: parts,
             rollout_shards: parts,
+            router_shift: (extra == "router_shift").then(RouterShiftConfig::default),
             ..RlConfig::default()
         };
-        let mut t = Trainer::new(cfg, cs.model.clone(), task.clone(), 0)?;
+        let model = if extra == "sigmoid_bias" {
+            cold(RouterKind::SigmoidBias)?.model
+        } else {
+            softmax.model.clone()
+        };
+        let mut t = Trainer::new(cfg, model, task.clone(), 0)?;
         t.probe = probe;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads.unwrap_or_else(rayon::current_num_threads))
@@ -174,9 +192,14 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
         rows.sort_by(|a, b| a.0.total_cmp(&b.0));
         let (total, ro, up, pr, toks) = rows[rows.len() / 2];
         println!(
-            "rl step (toy, sort 4-16, B 16, G 8, N 4, probe and kl_ref {}, micro-batches and rollout shards {parts}, {} thread(s)): median {:.3}s = rollout {:.3}s + update {:.3}s + probe {:.3}s; rollout {:.0} generated tokens/s, update {:.0} response tokens/s",
+            "rl step (toy, sort 4-16, B 16, G 8, N 4, probe and kl_ref {}, micro-batches and rollout shards {parts}, {} thread(s){}): median {:.3}s = rollout {:.3}s + update {:.3}s + probe {:.3}s; rollout {:.0} generated tokens/s, update {:.0} response tokens/s",
             if probe { "on" } else { "off" },
             pool.current_num_threads(),
+            if extra.is_empty() {
+                String::new()
+            } else {
+                format!(", {extra}")
+            },
             total,
             ro,
             up,

@@ -155,7 +155,13 @@ pub fn evaluate(model: &Model, task: &Task, seed: u64) -> EvalAccuracy {
 
 /// Supervised loss on a batch of problems: mean negative log-likelihood of the answer tokens
 /// (`<eos>` included), plus `aux_coef` times the load-balancing loss.
-pub fn sft_loss(model: &Model, problems: &[Problem], aux_coef: f64) -> burn::tensor::Tensor<1> {
+/// Also returns each MoE layer's routed slots per expert (the load a `sigmoid_bias` router's
+/// bias update balances).
+pub fn sft_loss(
+    model: &Model,
+    problems: &[Problem],
+    aux_coef: f64,
+) -> (burn::tensor::Tensor<1>, Vec<Vec<f32>>) {
     let prompts: Vec<Vec<u32>> = problems.iter().map(|p| p.prompt.clone()).collect();
     let answers: Vec<Vec<u32>> = problems
         .iter()
@@ -176,7 +182,8 @@ pub fn sft_loss(model: &Model, problems: &[Problem], aux_coef: f64) -> burn::ten
         .logits
         .select(0, crate::tensors::ints(&rows, [rows.len()], &device));
     let nll = -token_logp(picked, &targets, 1.0).mean();
-    nll + out.aux_loss * aux_coef as f32
+    let counts = out.load.iter().map(|l| l.counts.clone()).collect();
+    (nll + out.aux_loss * aux_coef as f32, counts)
 }
 
 /// Train from scratch (no cache).
@@ -215,13 +222,18 @@ pub fn train(
     while steps < cs.max_steps && accuracy.sampled < cs.target_accuracy {
         let problems: Vec<Problem> = (0..cs.batch_size).map(|_| task.sample(&mut rng)).collect();
         let train_model = model.require_grad();
-        let loss = sft_loss(&train_model, &problems, cs.aux_coef);
+        let (loss, counts) = sft_loss(&train_model, &problems, cs.aux_coef);
         let grads = loss.backward();
         let loss_v = crate::tensors::scalar(loss.inner());
         let g = AdamW::collect_grads(&train_model.weights, &grads);
         let lr = cs.lr * ((steps + 1) as f64 / cs.warmup.max(1) as f64).min(1.0);
-        let (w, _report) = opt.step(model.weights.clone(), g, lr);
+        let (w, report) = opt.step(model.weights.clone(), g, lr);
         model.weights = w;
+        if report.applied {
+            model
+                .weights
+                .nudge_router_bias(&counts, model_cfg.bias_update_speed);
+        }
         losses.push(loss_v);
         steps += 1;
         bar.inc(1);

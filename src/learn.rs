@@ -2,8 +2,10 @@
 //! start (toy + sort 4–16 by default), reporting early vs late mean reward per seed.
 
 use crate::coldstart::{ColdStartConfig, load_or_train};
-use crate::model::{ModelConfig, Preset};
-use crate::rl::{Algorithm, AlgorithmKind, RlConfig, RoutingMode, Trainer};
+use crate::model::{ModelConfig, Preset, RouterKind};
+use crate::rl::{
+    Algorithm, AlgorithmKind, OldLogp, RlConfig, RouterShiftConfig, RoutingMode, Trainer,
+};
 use crate::task::{Task, TaskConfig, Tokenizer};
 use anyhow::Result;
 use burn::tensor::Device;
@@ -26,15 +28,50 @@ pub struct LearnArgs {
     pub lr: f64,
     #[arg(long, default_value_t = 4)]
     pub minibatches: usize,
+    /// MoE router scheme (a `sigmoid_bias` model has its own cold start).
+    #[arg(long, default_value = "softmax")]
+    pub router: RouterKind,
+    /// RSPO's router-shift weighting of the ratios (default floor).
+    #[arg(long)]
+    pub router_shift: bool,
+    /// Where π_old comes from.
+    #[arg(long, default_value = "recompute")]
+    pub old_logp: OldLogp,
+    /// Rollouts sampled by the policy of this many steps before.
+    #[arg(long, default_value_t = 0)]
+    pub rollout_staleness: usize,
     /// Cache directory of cold starts.
     #[arg(long, default_value = crate::io::DEFAULT_CACHE_DIR)]
     pub cache_dir: PathBuf,
 }
 
+/// How a learn line names what ran: objective, routing mode and the settings that differ from
+/// the defaults.
+fn label(a: &LearnArgs) -> String {
+    let mut s = format!("{} {}", a.algorithm, a.routing);
+    if a.router != RouterKind::Softmax {
+        s += &format!(" router={}", a.router);
+    }
+    if a.router_shift {
+        s += " +router_shift";
+    }
+    if a.old_logp != OldLogp::Recompute {
+        s += &format!(" old_logp={}", a.old_logp);
+    }
+    if a.rollout_staleness > 0 {
+        s += &format!(" staleness={}", a.rollout_staleness);
+    }
+    s
+}
+
 pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
     let algorithm = Algorithm::default_of(a.algorithm);
+    let what = label(a);
     let routing = a.routing;
-    let model_cfg = ModelConfig::preset(a.preset, Tokenizer.vocab_size())?;
+    let model_cfg = ModelConfig {
+        router: a.router,
+        ..ModelConfig::preset(a.preset, Tokenizer.vocab_size())?
+    };
     anyhow::ensure!(
         a.steps >= 35,
         "--steps must be at least 35 (first 10 vs last 25)"
@@ -56,6 +93,9 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
             algorithm: algorithm.clone(),
             routing,
             minibatches: a.minibatches,
+            router_shift: a.router_shift.then(RouterShiftConfig::default),
+            old_logp: a.old_logp,
+            rollout_staleness: a.rollout_staleness,
             total_steps: a.steps,
             measure_kl_ref: false,
             ..RlConfig::default()
@@ -86,9 +126,7 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
         let late = rewards[rewards.len() - 25..].iter().sum::<f64>() / 25.0;
         secs.sort_by(f64::total_cmp);
         println!(
-            "{} {} seed {seed}: cold start {:.3} sampled; reward first 10 steps {early:.3}, last 25 steps {late:.3} ({}); median step {:.3}s",
-            a.algorithm,
-            a.routing,
+            "{what} seed {seed}: cold start {:.3} sampled; reward first 10 steps {early:.3}, last 25 steps {late:.3} ({}); median step {:.3}s",
             cs.accuracy.sampled,
             if late > early {
                 "improved"
@@ -102,9 +140,7 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     println!(
-        "{} {}: mean over {} seeds: first 10 {:.3}, last 25 {:.3}",
-        a.algorithm,
-        a.routing,
+        "{what}: mean over {} seeds: first 10 {:.3}, last 25 {:.3}",
         a.seeds.len(),
         mean(&early_all),
         mean(&late_all)

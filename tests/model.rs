@@ -93,6 +93,7 @@ fn hand_layer(norm_topk: bool) -> (ModelConfig, MoeWeights, Tensor<2>) {
             router,
             experts,
             shared: None,
+            bias: Vec::new(),
         },
         x,
     )
@@ -120,6 +121,7 @@ fn gates_match_hand_computed_values_native_and_forced() {
         LayerRouting {
             forced: Some(&forced_ids),
             logit_offset: None,
+            choice_offset: None,
         },
         false,
     );
@@ -261,6 +263,7 @@ fn sparse_dispatch_equals_naive_loop_forward_and_gradients() {
             })
             .collect(),
         shared: None,
+        bias: w.bias.clone(),
     };
     let (wa, wb) = (leaves(&w0), leaves(&w0));
     let (xa, xb) = (
@@ -329,6 +332,7 @@ fn no_route_slots_fall_back_to_native() {
         LayerRouting {
             forced: Some(&forced),
             logit_offset: None,
+            choice_offset: None,
         },
         false,
     );

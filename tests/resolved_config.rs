@@ -76,6 +76,106 @@ fn arms_override_rl_and_model_keys_with_the_same_checks() {
     assert!(e.contains("minibatchs"), "{e}");
 }
 
+/// A depth sweep at fixed width is one spec: regimes set `[model]` and `[rl]` keys of their own
+/// (short spellings allowed), arms still override both, and bad keys fail the same way.
+#[test]
+fn regimes_set_model_and_rl_tables_and_a_depth_override_changes_depth_only() {
+    let text = format!(
+        "{HEAD}preset = 'toy'\n{ARM}\
+         [[regimes]]\nname = 'l2'\n\
+         [[regimes]]\nname = 'l8'\nmodel = {{ layers = 8 }}\nrl = {{ minibatches = 2, optimizer = {{ lr = 0.25 }} }}\n"
+    );
+    let s = ExperimentSpec::from_toml(&text, "x.toml").unwrap();
+    let cells = s.resolve("flex").unwrap();
+    let (l2, l8) = (&cells[0], &cells[1]);
+    assert_eq!((l2.model.n_layers, l8.model.n_layers), (2, 8));
+    assert_eq!((l8.rl.minibatches, l8.rl.optimizer.lr), (2, 0.25));
+    let mut same = l8.model.clone();
+    same.n_layers = 2;
+    assert_eq!(same, l2.model, "only the depth differs");
+    assert_ne!(
+        l2.coldstart_key(),
+        l8.coldstart_key(),
+        "one cold start per resolved model"
+    );
+    // Parameters by hand (toy: d 64, 8 experts of d_ff 128, untied head): embeddings and head
+    // 2·V·d plus the final norm d; per block two norms 2d, qkv 3d², out d², router 8d and
+    // 8 experts of 3·d·d_ff.
+    let (v, d, f) = (l8.model.vocab_size, 64, 128);
+    let per_block = 2 * d + 3 * d * d + d * d + 8 * d + 8 * 3 * d * f;
+    let count = |c: &CellConfig| {
+        driftlab::model::Model::init(c.model.clone(), 0, &common::flex())
+            .weights
+            .num_params()
+    };
+    assert_eq!(count(l8), 2 * v * d + d + 8 * per_block);
+    assert_eq!(count(l8) - count(l2), 6 * per_block);
+    let bad = |extra: &str| {
+        format!(
+            "{:#}",
+            ExperimentSpec::from_toml(
+                &format!("{HEAD}{ARM}[[regimes]]\nname = 'r'\n{extra}"),
+                "x.toml"
+            )
+            .unwrap_err()
+        )
+    };
+    let e = bad("model = { top_k = 99 }\n");
+    assert!(e.contains("regime 'r'") && e.contains("top_k"), "{e}");
+    let e = bad("model = { layers = 4, n_layers = 3 }\n");
+    assert!(e.contains("n_layers") && e.contains("twice"), "{e}");
+    let e = bad("rl = { routing = 'r2' }\n");
+    assert!(e.contains("'regimes.rl.routing'"), "{e}");
+    let e = bad("rl = { total_steps = 3 }\n");
+    assert!(e.contains("'rl.total_steps'"), "{e}");
+    let e = bad("rl = { minibatchs = 2 }\n");
+    assert!(e.contains("minibatchs") && e.contains("regime"), "{e}");
+}
+
+/// An N sweep at a fixed minibatch size: `minibatch_prompts` sets the batch, and of it and
+/// `batch_prompts` the one a later level sets wins; both in one table is an error.
+#[test]
+fn minibatch_prompts_fixes_the_minibatch_and_the_later_level_wins() {
+    let text = format!(
+        "{HEAD}preset = 'tiny'\n[rl]\nbatch_prompts = 4\nminibatches = 2\n{ARM}\
+         [[arms]]\nname = 'b'\nalgorithm = {{ kind = 'gspo' }}\nrl = {{ batch_prompts = 8 }}\n\
+         [[regimes]]\nname = 'n1'\nrl = {{ minibatches = 1, minibatch_prompts = 2 }}\n\
+         [[regimes]]\nname = 'n4'\nrl = {{ minibatches = 4, minibatch_prompts = 2 }}\n"
+    );
+    let s = ExperimentSpec::from_toml(&text, "x.toml").unwrap();
+    let got: Vec<(String, String, usize, usize)> = s
+        .resolve("flex")
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c.regime.clone(),
+                c.arm.clone(),
+                c.rl.minibatches,
+                c.rl.batch_prompts,
+            )
+        })
+        .collect();
+    let want = [
+        ("n1", "a", 1, 2),
+        ("n1", "b", 1, 8),
+        ("n4", "a", 4, 8),
+        ("n4", "b", 4, 8),
+    ];
+    let want: Vec<(String, String, usize, usize)> = want
+        .iter()
+        .map(|&(r, a, n, b)| (r.into(), a.into(), n, b))
+        .collect();
+    assert_eq!(got, want);
+    let e = err(&format!(
+        "{HEAD}[rl]\nbatch_prompts = 4\nminibatch_prompts = 2\n{ARM}"
+    ));
+    assert!(
+        e.contains("batch_prompts") && e.contains("minibatch_prompts"),
+        "{e}"
+    );
+}
+
 /// A tiny two-seed run whose arms cover every claim, under the given arm names.
 fn tiny_spec(names: [&str; 5]) -> ExperimentSpec {
     let grpo = || Algorithm::Grpo(GrpoConfig::default());

@@ -3,64 +3,12 @@
 
 mod common;
 use common::*;
-use driftlab::coldstart::{ColdStartConfig, train};
 use driftlab::metrics::drift::model_drift;
 use driftlab::model::{Model, ModelConfig, NO_ROUTE};
 use driftlab::rl::{
     Algorithm, DriftInjection, GrpoConfig, Mismatch, RlConfig, RoutingMode, Trainer,
 };
 use driftlab::task::{Task, TaskConfig, Tokenizer};
-use std::sync::OnceLock;
-
-fn tiny_rl(alg: Algorithm, routing: RoutingMode) -> RlConfig {
-    RlConfig {
-        algorithm: alg,
-        routing,
-        batch_prompts: 4,
-        group_size: 4,
-        minibatches: 2,
-        ..RlConfig::default()
-    }
-}
-
-fn short_sort() -> Task {
-    Task::new(
-        TaskConfig {
-            min_len: 2,
-            max_len: 4,
-            eval_size: 64,
-            ..TaskConfig::default()
-        },
-        0,
-    )
-    .unwrap()
-}
-
-/// A tiny model cold-started on short sorts, so rewards vary within groups and every expert
-/// receives policy gradient (trained once per test binary).
-fn warm_tiny() -> Model {
-    static WARM: OnceLock<Model> = OnceLock::new();
-    WARM.get_or_init(|| {
-        let cs = ColdStartConfig {
-            target_accuracy: 0.3,
-            max_steps: 600,
-            eval_every: 25,
-            ..ColdStartConfig::default()
-        };
-        let out = train(&tiny_cfg(), &short_sort(), &cs, 0, &flex(), None).unwrap();
-        assert!(
-            out.accuracy.sampled >= 0.2,
-            "tiny warm start reached {:?}",
-            out.accuracy
-        );
-        out.model
-    })
-    .clone()
-}
-
-fn trainer(cfg: RlConfig, seed: u64) -> Trainer {
-    Trainer::new(cfg, warm_tiny(), short_sort(), seed).unwrap()
-}
 
 #[test]
 fn every_objective_and_routing_mode_trains_every_parameter() {

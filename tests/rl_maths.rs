@@ -6,7 +6,8 @@ use common::flex;
 use driftlab::rl::advantage::advantages;
 use driftlab::rl::loss::{PolicyBatch, policy_loss};
 use driftlab::rl::{
-    AdvantageMode, Aggregation, Algorithm, GrpoConfig, GspoConfig, GvpoConfig, TisConfig,
+    AdvantageMode, Aggregation, Algorithm, CispoConfig, GmpoConfig, GrpoConfig, GspoConfig,
+    GvpoConfig, TisConfig,
 };
 use driftlab::tensors::{floats, to_vec};
 
@@ -33,6 +34,7 @@ fn batch(
     let b = PolicyBatch {
         logp: leaf.clone(),
         logp_old: vec![0.0; n],
+        logp_recompute: vec![0.0; n],
         logp_mu: vec![0.0; n],
         logp_ref,
         adv: adv.to_vec(),
@@ -135,7 +137,10 @@ fn k3_kl_term_by_hand() {
 #[test]
 fn tis_weights_by_hand() {
     let (mut b, _) = batch([1.0, 1.0], &[0.0, 0.0, 0.0], &[2, 1], None);
-    b.logp_old = vec![2f32.ln(), 0.5f32.ln(), 3f32.ln()];
+    // TIS weighs the trainer's recompute against the engine, whatever π_old the ratio uses
+    // (with `old_logp = rollout`, `logp_old` is the engine's own `logp_mu`).
+    b.logp_recompute = vec![2f32.ln(), 0.5f32.ln(), 3f32.ln()];
+    b.logp_old = b.logp_mu.clone();
     let w = b.tis_tok(2.0);
     assert!(close(w[0], 2.0, 1e-6) && close(w[1], 0.5, 1e-6) && close(w[2], 2.0, 1e-6));
     // Sequence level: geometric mean of response 0 is exp((ln2 + ln0.5)/2) = 1.
@@ -194,6 +199,7 @@ fn gspo_equals_grpo_when_every_response_has_length_one() {
         let b = PolicyBatch {
             logp: leaf.clone(),
             logp_old: vec![0.0; 4],
+            logp_recompute: vec![0.0; 4],
             logp_mu: vec![0.0; 4],
             logp_ref: None,
             adv: vec![1.0, -1.0, 0.5, -0.5],
@@ -247,6 +253,7 @@ fn gspo_token_equals_gspo_in_value_and_gradient() {
             let b = PolicyBatch {
                 logp: leaf.clone(),
                 logp_old: vec![0.0; 6],
+                logp_recompute: vec![0.0; 6],
                 logp_mu: vec![0.0; 6],
                 logp_ref: None,
                 adv: vec![1.0, -0.5, 0.7],
@@ -303,6 +310,7 @@ fn gvpo_gradient_at_old_policy_is_scaled_reinforce() {
     let b = PolicyBatch {
         logp: leaf.clone(),
         logp_old: logp_old.clone(),
+        logp_recompute: logp_old.clone(),
         logp_mu: logp_old.clone(),
         logp_ref: None,
         adv: vec![0.0; 6],
@@ -347,6 +355,7 @@ fn policy_batch(
     let at = |t: usize, a: f32, b: f32| a + b * ((t + tok0) as f32 * 0.7).sin();
     let n = logp.len();
     b.logp_old = (0..n).map(|t| logp[t] + at(t, 0.0, 0.15)).collect();
+    b.logp_recompute = b.logp_old.clone();
     b.logp_mu = (0..n).map(|t| logp[t] + at(t, 0.05, 0.1)).collect();
     b.logp_ref = Some((0..n).map(|t| logp[t] + at(t, -0.1, 0.2)).collect());
     b.adv = advantages(rewards, 2, AdvantageMode::MeanStd);
@@ -376,6 +385,14 @@ fn micro_batch_losses_add_up_to_the_minibatch_loss_and_gradient() {
         Algorithm::Gspo(wide.clone()),
         Algorithm::GspoToken(wide),
         Algorithm::Gvpo(GvpoConfig::default()),
+        Algorithm::Cispo(CispoConfig {
+            eps_low: 0.1,
+            eps_high: 0.05,
+        }),
+        Algorithm::Gmpo(GmpoConfig {
+            eps_low: 0.1,
+            eps_high: 0.1,
+        }),
     ];
     for alg in algs {
         for tis in [None, Some(TisConfig { cap: 1.05 })] {
@@ -396,6 +413,7 @@ fn micro_batch_losses_add_up_to_the_minibatch_loss_and_gradient() {
                 );
                 // The micro-batch sees the minibatch's own constants and advantages.
                 part.logp_old = full.logp_old[toks.clone()].to_vec();
+                part.logp_recompute = full.logp_recompute[toks.clone()].to_vec();
                 part.logp_mu = full.logp_mu[toks.clone()].to_vec();
                 part.logp_ref = full.logp_ref.as_ref().map(|r| r[toks.clone()].to_vec());
                 part.adv = full.adv[resp].to_vec();
@@ -435,4 +453,159 @@ fn micro_batch_losses_add_up_to_the_minibatch_loss_and_gradient() {
             }
         }
     }
+}
+
+#[test]
+fn cispo_loss_and_gradient_by_hand() {
+    // w = [1.5, 0.5, 1.1], Â per token [1, 1, −1]; defaults: no lower bound, 1 + 0.2 above, so
+    // ŵ = [1.2, 0.5, 1.1]; loss = −(1/3) Σ ŵ·Â·logp, gradient −ŵ·Â/3 (never zero).
+    let logp = w3();
+    let (b, leaf) = batch([1.0, -1.0], &logp, &[2, 1], None);
+    let alg = Algorithm::Cispo(CispoConfig::default());
+    let (loss, st) = policy_loss(&alg, &b, None);
+    let what = (1.2 * logp[0] + 0.5 * logp[1] - 1.1 * logp[2]) / -3.0;
+    assert!(close(to_vec(loss.clone().inner())[0], what, 1e-6));
+    let g = grad(loss, &leaf);
+    for (a, want) in g.iter().zip([-1.2 / 3.0, -0.5 / 3.0, 1.1 / 3.0]) {
+        assert!(close(*a, want, 1e-6), "{g:?}");
+    }
+    assert_eq!(st.clip_high, vec![true, false, false]);
+    assert_eq!(st.clip_low, vec![false; 3]);
+    assert_eq!(st.clip_seq, vec![true, false]);
+    // A lower bound truncates from below too: w = 0.5 < 1 − 0.4.
+    let tight = Algorithm::Cispo(CispoConfig {
+        eps_low: 0.4,
+        eps_high: 0.2,
+    });
+    let (_, st) = policy_loss(&tight, &b, None);
+    assert_eq!(st.clip_low, vec![false, true, false]);
+}
+
+/// On-policy (w = 1) CISPO's gradient is REINFORCE with the same advantages, token-mean: the
+/// same as GRPO's with `token_mean` aggregation.
+#[test]
+fn cispo_on_policy_gradient_is_token_mean_reinforce() {
+    let (logp, lens, rewards) = split_case();
+    let mk = || {
+        let (mut b, leaf) = policy_batch(&logp, &lens, &rewards, 0);
+        b.logp_old = logp.clone();
+        b.logp_recompute = logp.clone();
+        (b, leaf)
+    };
+    let (b, leaf) = mk();
+    let g = grad(
+        policy_loss(&Algorithm::Cispo(CispoConfig::default()), &b, None).0,
+        &leaf,
+    );
+    let n = logp.len() as f32;
+    let seg: Vec<usize> = lens
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &l)| std::iter::repeat_n(i, l))
+        .collect();
+    for (t, a) in g.iter().enumerate() {
+        assert!(close(*a, -b.adv[seg[t]] / n, 1e-6), "{g:?}");
+    }
+    let (b2, leaf2) = mk();
+    let tm = Algorithm::Grpo(GrpoConfig {
+        aggregation: Aggregation::TokenMean,
+        ..GrpoConfig::default()
+    });
+    let g2 = grad(policy_loss(&tm, &b2, None).0, &leaf2);
+    assert!(g.iter().zip(&g2).all(|(a, b)| close(*a, *b, 1e-6)));
+}
+
+#[test]
+fn gmpo_loss_and_gradient_by_hand() {
+    // Response 0 (Â = 1): Δ = [ln 1.5, ln 0.5] = [0.405, −0.693]; the pessimistic clipped log
+    // ratios are [0.4 (clipped), −0.693], ρ0 = exp((0.4 + ln 0.5) / 2). Response 1 (Â = −1):
+    // Δ = ln 1.1 inside ±0.4, ρ1 = 1.1. loss = (−ρ0 + ρ1) / 2; gradient: token 0 none,
+    // token 1 −ρ0 / (2·2), token 2 ρ1 / 2.
+    let (b, leaf) = batch([1.0, -1.0], &w3(), &[2, 1], None);
+    let alg = Algorithm::Gmpo(GmpoConfig::default());
+    let (loss, st) = policy_loss(&alg, &b, None);
+    let rho0 = ((0.4 + 0.5f32.ln()) / 2.0).exp();
+    assert!(close(
+        to_vec(loss.clone().inner())[0],
+        (-rho0 + 1.1) / 2.0,
+        1e-6
+    ));
+    let g = grad(loss, &leaf);
+    for (a, want) in g.iter().zip([0.0, -rho0 / 4.0, 1.1 / 2.0]) {
+        assert!(close(*a, want, 1e-6), "{g:?}");
+    }
+    assert_eq!(st.clip_high, vec![true, false, false]);
+    assert_eq!(st.clip_low, vec![false; 3]);
+    // Â < 0 clips below: Δ = ln 0.5 < −0.4.
+    let (b, _) = batch([-1.0, 1.0], &w3(), &[2, 1], None);
+    let (_, st) = policy_loss(&alg, &b, None);
+    assert_eq!(st.clip_low, vec![false, true, false]);
+    assert_eq!(st.clip_high, vec![false; 3]);
+}
+
+/// On-policy GMPO's gradient is GRPO's (sequence-mean, token-mean): `−Â_i / (L_i · R)`.
+#[test]
+fn gmpo_on_policy_gradient_equals_grpo() {
+    let (logp, lens, rewards) = split_case();
+    let grads = |alg: Algorithm| {
+        let (mut b, leaf) = policy_batch(&logp, &lens, &rewards, 0);
+        b.logp_old = logp.clone();
+        grad(policy_loss(&alg, &b, None).0, &leaf)
+    };
+    let g = grads(Algorithm::Gmpo(GmpoConfig::default()));
+    let g2 = grads(Algorithm::Grpo(GrpoConfig::default()));
+    assert!(g.iter().any(|x| x.abs() > 1e-3), "{g:?}");
+    assert!(
+        g.iter().zip(&g2).all(|(a, b)| close(*a, *b, 1e-6)),
+        "{g:?} vs {g2:?}"
+    );
+}
+
+#[test]
+fn router_shift_ratio_by_hand() {
+    use driftlab::rl::router_shift::router_shift;
+    // Two MoE layers, 3 experts, top-2; π_old ran experts [0, 1] at position 0 and [2, 0] at 1.
+    // Layer 0 at position 0: |ln .5 − ln .4| + |ln .3 − ln .4| over 2; layer 1 unchanged, so
+    // γ = exp(−d₀ / 2). Position 1 has the same distributions in both: γ = 1.
+    let now = vec![
+        vec![0.5, 0.3, 0.2, 0.1, 0.1, 0.8],
+        vec![0.2, 0.2, 0.6, 0.3, 0.3, 0.4],
+    ];
+    let old = vec![
+        vec![0.4, 0.4, 0.2, 0.1, 0.1, 0.8],
+        vec![0.2, 0.2, 0.6, 0.3, 0.3, 0.4],
+    ];
+    let ids = vec![vec![0, 1, 2, 0], vec![2, 0, 2, 0]];
+    let d0 = ((0.5f64 / 0.4).ln().abs() + (0.3f64 / 0.4).ln().abs()) / 2.0;
+    let want = (-d0 / 2.0).exp() as f32;
+    let g = router_shift(&now, &old, &ids, &[0, 1], (3, 2), 0.8);
+    assert!(close(g[0], want, 1e-6) && g[1] == 1.0, "{g:?} vs {want}");
+    assert!(want < 0.9, "the floor below binds: {want}");
+    let g = router_shift(&now, &old, &ids, &[0, 1], (3, 2), 0.9);
+    assert_eq!(g, vec![0.9, 1.0], "floored");
+    assert_eq!(
+        router_shift(&[], &[], &[], &[0, 1], (3, 2), 0.8),
+        vec![1.0, 1.0],
+        "dense"
+    );
+}
+
+/// The router shift multiplies the token ratio before clipping: GRPO on w̃ = w · γ̃.
+#[test]
+fn router_shift_rescales_ratios_before_clipping_by_hand() {
+    use driftlab::rl::router_shift::shifted_old_logp;
+    // w = [1.5, 0.5, 1.1], γ̃ = [0.9, 1, 0.5] → w̃ = [1.35, 0.5, 0.55]; Â per token [1, 1, −1]:
+    // token 0 clipped high (ℓ = −1.27, no gradient), token 1 ℓ = −0.5, token 2 clipped low
+    // (w̃ < 0.8 with Â < 0: ℓ = 0.8, no gradient). Gradient of token 1: −w̃ / (2 · 2).
+    let (mut b, leaf) = batch([1.0, -1.0], &w3(), &[2, 1], None);
+    b.logp_old = shifted_old_logp(&b.logp_old, &[0.9, 1.0, 0.5]);
+    let (loss, st) = policy_loss(&Algorithm::Grpo(GrpoConfig::default()), &b, None);
+    let want = ((-1.27 - 0.5) / 2.0 + 0.8) / 2.0;
+    assert!(close(to_vec(loss.clone().inner())[0], want, 1e-6));
+    let g = grad(loss, &leaf);
+    for (a, w) in g.iter().zip([0.0, -0.125, 0.0]) {
+        assert!(close(*a, w, 1e-6), "{g:?}");
+    }
+    assert_eq!(st.clip_high, vec![true, false, false]);
+    assert_eq!(st.clip_low, vec![false, false, true]);
 }

@@ -9,12 +9,70 @@ use driftlab::device::DeviceChoice;
 use driftlab::model::{ForwardOptions, Model, Weights};
 use driftlab::tensors::to_vec;
 
+fn wgpu_cpu() -> burn::tensor::Device {
+    DeviceChoice::WgpuCpu
+        .device()
+        .expect("wgpu-cpu needs a software Vulkan (mesa-vulkan-drivers); .ci/run installs it")
+}
+
 #[test]
 fn wgpu_cpu_forward_and_backward_match_flex() {
-    let wgpu = DeviceChoice::WgpuCpu
-        .device()
-        .expect("wgpu-cpu needs a software Vulkan (mesa-vulkan-drivers); .ci/run installs it");
-    let flex_model = tiny_model(21);
+    parity(tiny_model(21));
+}
+
+/// The sigmoid_bias router, with a non-zero bias, on both devices.
+#[test]
+fn wgpu_cpu_sigmoid_bias_router_matches_flex() {
+    let cfg = driftlab::model::ModelConfig {
+        router: driftlab::model::RouterKind::SigmoidBias,
+        ..tiny_cfg()
+    };
+    let mut m = Model::init(cfg, 21, &flex());
+    m.weights
+        .nudge_router_bias(&[vec![9.0, 1.0, 1.0, 1.0], vec![0.0, 4.0, 4.0, 4.0]], 0.02);
+    assert!(
+        m.weights
+            .router_biases()
+            .iter()
+            .all(|b| b.iter().any(|&x| x != 0.0))
+    );
+    parity(m);
+}
+
+/// One RL step of every objective on wgpu-cpu with the new settings on: the rollout engine's
+/// π_old, staleness, the router shift, a sigmoid_bias router and a route-flip mismatch.
+#[test]
+fn wgpu_cpu_runs_every_objective_with_the_engine_settings() {
+    use driftlab::rl::{Algorithm, Mismatch, OldLogp, RouterShiftConfig, RoutingMode, Trainer};
+    let wgpu = wgpu_cpu();
+    let cfg = driftlab::model::ModelConfig {
+        router: driftlab::model::RouterKind::SigmoidBias,
+        ..tiny_cfg()
+    };
+    for alg in Algorithm::all_defaults() {
+        let mut rl = tiny_rl(alg.clone(), RoutingMode::R3);
+        rl.old_logp = OldLogp::Rollout;
+        rl.rollout_staleness = 1;
+        rl.mismatch = Mismatch::RouteFlip { sigma: 0.5 };
+        rl.router_shift =
+            (alg.kind() != driftlab::rl::AlgorithmKind::Gvpo).then(RouterShiftConfig::default);
+        let mut t = Trainer::new(rl, Model::init(cfg.clone(), 3, &wgpu), short_sort(), 3).unwrap();
+        for _ in 0..2 {
+            let out = t.step();
+            for u in &out.updates {
+                assert!(
+                    u.applied && u.loss_total.is_finite(),
+                    "{}: {u:?}",
+                    alg.name()
+                );
+                assert!(!u.routes_bias_only.is_empty(), "{}", alg.name());
+            }
+        }
+    }
+}
+
+fn parity(flex_model: Model) {
+    let wgpu = wgpu_cpu();
     let gpu_model = Model::new(
         flex_model.cfg.clone(),
         Weights::from_bytes(&flex_model.cfg, &flex_model.weights.to_bytes(), &wgpu).unwrap(),

@@ -2,9 +2,10 @@
 //! The runner, the trainer and `config.json` read only this, so what a cell ran is what is
 //! recorded.
 //!
-//! Precedence, later wins: the preset, the spec's `[model]`, the arm's `ffn` and `model`; the
-//! spec's `[rl]`, the regime's overrides, the arm's `rl`, then the arm's `algorithm` and
-//! `routing`. `total_steps` is the spec's `steps`. A dense model has no router, so router-logit
+//! Precedence, later wins: the preset, the spec's `[model]`, the regime's `model`, the arm's
+//! `ffn` and `model`; the spec's `[rl]`, the regime's typed overrides and its `rl`, the arm's
+//! `rl`, then the arm's `algorithm` and `routing`. Model tables may spell `n_layers`,
+//! `n_experts` and `n_heads` as `layers`, `experts` and `heads`. `total_steps` is the spec's `steps`. A dense model has no router, so router-logit
 //! drift injection is switched off for it (its cells would repeat the natural ones).
 
 use super::spec::{ArmSpec, ExperimentSpec, RegimeSpec};
@@ -51,6 +52,11 @@ impl CellConfig {
             algorithm: self.rl.algorithm.kind(),
             routing: self.rl.routing,
             ffn: self.model.ffn,
+            old_logp: self.rl.old_logp,
+            staleness: self.rl.rollout_staleness,
+            n_layers: self.model.n_layers,
+            router: self.model.router,
+            router_shift: self.rl.router_shift.as_ref().map(|r| r.floor),
             seed: self.seed,
         }
     }
@@ -91,20 +97,60 @@ fn overlay<T: Clone + Serialize + DeserializeOwned>(
     serde_json::from_value(Value::Object(v)).map_err(|e| anyhow!("{e}"))
 }
 
+/// `rl` with an override table set on it. Of `batch_prompts` and `minibatch_prompts`, the one
+/// set last wins: a table that sets the batch alone unsets the minibatch size.
+fn rl_layer(rl: &RlConfig, over: &Map<String, Value>) -> Result<RlConfig> {
+    let mut out: RlConfig = overlay(rl, over)?;
+    if over.contains_key("batch_prompts") && !over.contains_key("minibatch_prompts") {
+        out.minibatch_prompts = None;
+    }
+    Ok(out)
+}
+
+/// Short spellings of model keys, as papers write them.
+const MODEL_ALIASES: &[(&str, &str)] = &[
+    ("layers", "n_layers"),
+    ("experts", "n_experts"),
+    ("heads", "n_heads"),
+];
+
+/// A model override table with its short spellings replaced by the field names; a key given
+/// under both spellings is an error.
+fn model_keys(over: &Map<String, Value>) -> Result<Map<String, Value>> {
+    let mut out = Map::new();
+    for (k, v) in over {
+        let long = MODEL_ALIASES
+            .iter()
+            .find(|(short, _)| short == k)
+            .map_or(k.as_str(), |(_, long)| long);
+        if out.insert(long.to_string(), v.clone()).is_some() {
+            return Err(anyhow!(
+                "model key '{long}' is given twice (as '{long}' and by its short name)"
+            ));
+        }
+    }
+    Ok(out)
+}
+
 impl ExperimentSpec {
-    /// The model of `arm`: preset, then the spec's `[model]`, the arm's `ffn` and `model`.
-    fn model_of(&self, arm: &ArmSpec) -> Result<ModelConfig> {
+    /// The model of `arm` in `regime`: preset, then the spec's `[model]`, the regime's
+    /// `model`, the arm's `ffn` and `model`.
+    fn model_of(&self, regime: &RegimeSpec, arm: &ArmSpec) -> Result<ModelConfig> {
         let preset = ModelConfig::preset(self.preset, Tokenizer.vocab_size())?;
-        let mut m: ModelConfig = overlay(&preset, &self.model).context("key 'model'")?;
+        let mut m: ModelConfig =
+            overlay(&preset, &model_keys(&self.model)?).context("key 'model'")?;
+        m = overlay(&m, &model_keys(&regime.model)?).context("key 'model' of the regime")?;
         m.ffn = arm.ffn;
-        let m: ModelConfig = overlay(&m, &arm.model).context("key 'model' of the arm")?;
+        let m: ModelConfig =
+            overlay(&m, &model_keys(&arm.model)?).context("key 'model' of the arm")?;
         m.validate()?;
         Ok(m)
     }
 
     /// The RL settings of `arm` in `regime` (see the module docs for the order).
     fn rl_of(&self, regime: &RegimeSpec, arm: &ArmSpec, model: &ModelConfig) -> Result<RlConfig> {
-        let mut rl: RlConfig = overlay(&regime.apply(&self.rl), &arm.rl).context("key 'rl'")?;
+        let rl = rl_layer(&regime.apply(&self.rl), &regime.rl).context("key 'rl' of the regime")?;
+        let mut rl = rl_layer(&rl, &arm.rl).context("key 'rl'")?.with_sizes();
         rl.algorithm = arm.algorithm.clone();
         rl.routing = arm.routing;
         rl.total_steps = self.steps;
@@ -123,7 +169,7 @@ impl ExperimentSpec {
         let mut out = Vec::new();
         for (regime, arm, seed) in self.cells() {
             let at = || format!("regime '{}', arm '{}'", regime.name, arm.name);
-            let model = self.model_of(&arm).with_context(at)?;
+            let model = self.model_of(&regime, &arm).with_context(at)?;
             let rl = self.rl_of(&regime, &arm, &model).with_context(at)?;
             out.push(CellConfig {
                 experiment: self.name.clone(),

@@ -62,6 +62,15 @@ pub struct RegimeSpec {
     pub router_lr_mult: Option<f64>,
     pub lr: Option<f64>,
     pub minibatches: Option<usize>,
+    /// Any `[rl]` keys this regime sets (e.g. `rl = { old_logp = "rollout" }`), applied after
+    /// the typed overrides above and before the arm's own `rl`.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub rl: Map<String, Value>,
+    /// Model keys this regime sets (e.g. `model = { n_layers = 8 }`), applied after the spec's
+    /// `[model]` and before the arm's own `model`; a depth sweep at fixed width is one regime
+    /// per depth.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub model: Map<String, Value>,
     /// Only these arms run in this regime (default: every arm), e.g. a regime that exists for
     /// one comparison need not repeat the others.
     pub arms: Option<Vec<String>>,
@@ -78,6 +87,8 @@ impl RegimeSpec {
             router_lr_mult: None,
             lr: None,
             minibatches: None,
+            rl: Map::new(),
+            model: Map::new(),
             arms: None,
         }
     }
@@ -183,6 +194,8 @@ fn check_key_levels(doc: &toml::Table) -> Result<()> {
         .flatten()
     {
         owned(Some(r), "regimes.", ARM_OWNED)?;
+        owned(r.get("rl"), "regimes.rl.", ARM_OWNED)?;
+        owned(r.get("model"), "regimes.model.", ARM_OWNED)?;
     }
     for a in doc
         .get("arms")
@@ -197,8 +210,29 @@ fn check_key_levels(doc: &toml::Table) -> Result<()> {
             }
         }
     }
+    let both = |t: Option<&toml::Value>| {
+        t.is_some_and(|t| t.get("batch_prompts").is_some() && t.get("minibatch_prompts").is_some())
+    };
+    let arms = doc.get("arms").and_then(|v| v.as_array());
+    let tables = std::iter::once(doc.get("rl"))
+        .chain(
+            doc.get("regimes")
+                .and_then(|v| v.as_array())
+                .into_iter()
+                .flatten()
+                .map(|r| r.get("rl")),
+        )
+        .chain(arms.into_iter().flatten().map(|a| a.get("rl")));
+    if tables.into_iter().any(both) {
+        bail!(
+            "keys 'batch_prompts' and 'minibatch_prompts' in one table: give one (fix the batch and let \
+             minibatches split it, or fix the minibatch and let minibatches set the batch)"
+        );
+    }
     let steps_in = |t: Option<&toml::Value>| t.and_then(|t| t.get("total_steps")).is_some();
+    let regimes = doc.get("regimes").and_then(|v| v.as_array());
     if steps_in(doc.get("rl"))
+        || regimes.into_iter().flatten().any(|r| steps_in(r.get("rl")))
         || doc
             .get("arms")
             .and_then(|v| v.as_array())

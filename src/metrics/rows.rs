@@ -6,8 +6,8 @@ use super::drift::{
     model_drift,
 };
 use super::ratio::{ess, k3, mean_var, within_seq_var};
-use crate::model::{FfnKind, NO_ROUTE};
-use crate::rl::{AlgorithmKind, RoutingMode, StepOutput, UpdateRecord};
+use crate::model::{FfnKind, NO_ROUTE, RouterKind};
+use crate::rl::{AlgorithmKind, OldLogp, RoutingMode, StepOutput, UpdateRecord};
 
 /// A cell value. Floats are nullable (a metric that does not apply is null, never a fake 0).
 #[derive(Clone, Debug, PartialEq)]
@@ -33,6 +33,12 @@ pub struct CellId {
     pub algorithm: AlgorithmKind,
     pub routing: RoutingMode,
     pub ffn: FfnKind,
+    pub old_logp: OldLogp,
+    pub staleness: usize,
+    pub n_layers: usize,
+    pub router: RouterKind,
+    /// The router-shift floor when `router_shift` is on.
+    pub router_shift: Option<f64>,
     pub seed: u64,
 }
 
@@ -45,6 +51,21 @@ impl CellId {
             ("algorithm", Val::S(self.algorithm.name().into())),
             ("routing", Val::S(self.routing.name().into())),
             ("ffn", Val::S(self.ffn.name().into())),
+            ("old_logp", Val::S(self.old_logp.name().into())),
+            ("rollout_staleness", Val::I(self.staleness as i64)),
+            ("n_layers", Val::I(self.n_layers as i64)),
+            ("router", Val::S(self.router.name().into())),
+            (
+                "router_shift",
+                Val::S(
+                    if self.router_shift.is_some() {
+                        "on"
+                    } else {
+                        "off"
+                    }
+                    .into(),
+                ),
+            ),
             ("seed", Val::I(self.seed as i64)),
             ("step", Val::I(step as i64)),
         ]
@@ -143,6 +164,36 @@ pub fn update_row(id: &CellId, step: usize, u: &UpdateRecord, shape: Shape) -> R
         ),
         ("n_tokens", Val::I(w.len() as i64)),
     ]);
+    row.extend(router_shift_cols(id, st));
+    row.extend(drift_cols(u, shape));
+    row
+}
+
+/// The router-shift columns of an update (null when the weighting is off).
+fn router_shift_cols(id: &CellId, st: &crate::rl::loss::LossStats) -> [(&'static str, Val); 2] {
+    let shift = st.router_shift.as_deref().unwrap_or_default();
+    let floored = |floor: f64| shift.iter().filter(|&&g| f64::from(g) <= floor).count();
+    [
+        (
+            "router_shift_mean",
+            Val::F(
+                (!shift.is_empty())
+                    .then(|| shift.iter().map(|&g| f64::from(g)).sum::<f64>() / shift.len() as f64),
+            ),
+        ),
+        (
+            "router_shift_floored",
+            Val::F(
+                id.router_shift
+                    .filter(|_| !shift.is_empty())
+                    .map(|fl| floored(fl) as f64 / shift.len() as f64),
+            ),
+        ),
+    ]
+}
+
+/// The drift-probe columns of an update (null where the probe did not run).
+fn drift_cols(u: &UpdateRecord, shape: Shape) -> Vec<(&'static str, Val)> {
     let probed = !u.routes_after.is_empty() || !shape.moe;
     let (de, dt, df, _) = model_drift(&u.routes_before, &u.routes_after, &u.valid, shape.k);
     let (ds, _, _, _) = model_drift(&u.routes_old, &u.routes_after, &u.valid, shape.k);
@@ -157,16 +208,23 @@ pub fn update_row(id: &CellId, step: usize, u: &UpdateRecord, shape: Shape) -> R
             / u.probs_before.len() as f64
     };
     let or_null = |x: f64| if probed { f(x) } else { Val::F(None) };
-    row.extend([
+    vec![
         ("drift_expert_frac", or_null(de)),
         ("drift_token_frac", or_null(dt)),
         ("drift_flips_per_token", or_null(df)),
         ("drift_since_rollout_frac", or_null(ds)),
         ("router_js", or_null(js)),
+        (
+            "drift_bias_expert_frac",
+            if u.routes_bias_only.is_empty() {
+                Val::F(None)
+            } else {
+                f(model_drift(&u.routes_before, &u.routes_bias_only, &u.valid, shape.k).0)
+            },
+        ),
         ("t_update", f(u.t_update)),
         ("t_probe", f(u.t_probe)),
-    ]);
-    row
+    ]
 }
 
 /// Per-layer drift, router entropy and load of one update.
@@ -329,6 +387,7 @@ pub fn step_row(
                     .sum(),
             ),
         ),
+        ("staleness", Val::I(out.staleness as i64)),
         ("t_rollout", f(out.t_rollout)),
         ("t_update", f(out.t_update)),
         ("t_probe", f(out.t_probe)),

@@ -55,6 +55,20 @@ pub const IDENTITY: &[Col] = &[
     s("algorithm", "objective: grpo | gspo | gspo_token | gvpo"),
     s("routing", "routing mode: native | r2 | r3"),
     s("ffn", "feed-forward block: moe | dense"),
+    s(
+        "old_logp",
+        "where the ratios' π_old comes from: recompute (trainer) | rollout (engine log-probs)",
+    ),
+    i(
+        "rollout_staleness",
+        "configured staleness k: rollouts sampled by the policy of k steps before",
+    ),
+    i("n_layers", "transformer blocks of the cell's model"),
+    s("router", "MoE router: softmax | sigmoid_bias"),
+    s(
+        "router_shift",
+        "RSPO's router-shift weighting of the token ratios: on | off",
+    ),
     i("seed", "seed of the cell (cold start, rollouts, noise)"),
     i("step", "RL step, from 0"),
 ];
@@ -112,7 +126,9 @@ pub static STEPS: FrameSchema = FrameSchema {
         ),
         f(
             "mismatch_kl_k3",
-            "mean of ρ − 1 − ln ρ, ρ = exp(logp_old − logp_mu)",
+            "mean of ρ − 1 − ln ρ, ρ = exp(logp_old − logp_mu), logp_old the trainer's recompute: \
+             the k3 estimate of KL(μ ‖ π_θ) of the behaviour policy (the rollout engine, running \
+             the policy of `staleness` steps before, with its mismatch) to the current policy",
         ),
         f(
             "mismatch_extreme_frac",
@@ -129,6 +145,10 @@ pub static STEPS: FrameSchema = FrameSchema {
         i(
             "dead_experts",
             "experts with less than 1% of the uniform load, summed over layers",
+        ),
+        i(
+            "staleness",
+            "steps between the sampling policy and the current one: min(step, rollout_staleness)",
         ),
         f("t_rollout", "seconds in the rollout engine"),
         f("t_update", "seconds in π_old recompute and updates"),
@@ -207,6 +227,14 @@ pub static UPDATES: FrameSchema = FrameSchema {
         f("lr", "learning rate of the step"),
         f("resp_len_mean", "mean response length of the minibatch"),
         i("n_tokens", "response tokens of the minibatch"),
+        f(
+            "router_shift_mean",
+            "mean router-shift weight γ̃ over the minibatch's tokens (null when off)",
+        ),
+        f(
+            "router_shift_floored",
+            "share of tokens whose γ̃ sits at the floor (null when off)",
+        ),
         DRIFT_EXPERT_FRAC,
         DRIFT_TOKEN_FRAC,
         f(
@@ -215,6 +243,11 @@ pub static UPDATES: FrameSchema = FrameSchema {
         ),
         DRIFT_SINCE_ROLLOUT,
         ROUTER_JS,
+        f(
+            "drift_bias_expert_frac",
+            "sigmoid_bias router: share of activated expert slots the bias update alone changed \
+             (pre-step weights with the new bias vs the update forward); null otherwise",
+        ),
         f("t_update", "seconds in the update"),
         f("t_probe", "seconds in the drift probe"),
     ],

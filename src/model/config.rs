@@ -15,6 +15,36 @@ crate::named_enum! {
     }
 }
 
+crate::named_enum! {
+    /// How an MoE layer routes (`router`).
+    #[derive(Default)]
+    pub enum RouterKind("router") {
+        /// Softmax over the router logits; top-k on the probabilities; gates are the
+        /// probabilities at the chosen experts (default).
+        #[default]
+        Softmax = "softmax",
+        /// DeepSeek-V3's auxiliary-loss-free balancing (arXiv 2412.19437, §2.1.2): sigmoid
+        /// affinities `s = σ(logits)`, top-k on `s + b` with a per-expert bias `b` that is not
+        /// trained by gradient but nudged by ±`bias_update_speed` after every optimizer step
+        /// toward equal load; gates from `s` alone at the chosen experts (normalised over the
+        /// k when `norm_topk`).
+        SigmoidBias = "sigmoid_bias",
+    }
+}
+
+/// DeepSeek-V3's bias update speed γ (0.001 for most of its training).
+pub const DEFAULT_BIAS_UPDATE_SPEED: f64 = 1e-3;
+
+fn is_softmax(r: &RouterKind) -> bool {
+    *r == RouterKind::Softmax
+}
+fn default_bias_speed() -> f64 {
+    DEFAULT_BIAS_UPDATE_SPEED
+}
+fn is_default_bias_speed(v: &f64) -> bool {
+    *v == DEFAULT_BIAS_UPDATE_SPEED
+}
+
 /// Every size of the transformer. Built from a preset, then optionally overridden.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -31,6 +61,16 @@ pub struct ModelConfig {
     /// Add one always-on shared expert (width `d_ff`).
     pub shared_expert: bool,
     pub ffn: FfnKind,
+    /// Router scheme of the MoE layers. Left out of the serialised form when `softmax`, so
+    /// existing cold-start cache keys stay valid.
+    #[serde(default, skip_serializing_if = "is_softmax")]
+    pub router: RouterKind,
+    /// γ of the `sigmoid_bias` router's bias update (left out when at its default).
+    #[serde(
+        default = "default_bias_speed",
+        skip_serializing_if = "is_default_bias_speed"
+    )]
+    pub bias_update_speed: f64,
     /// Longest sequence (prompt + response) the RoPE tables cover.
     pub max_seq_len: usize,
     /// RoPE base frequency.
@@ -74,6 +114,8 @@ impl ModelConfig {
             norm_topk: true,
             shared_expert: false,
             ffn: FfnKind::Moe,
+            router: RouterKind::Softmax,
+            bias_update_speed: DEFAULT_BIAS_UPDATE_SPEED,
             max_seq_len: 160,
             rope_theta: 10_000.0,
             vocab_size,
@@ -126,6 +168,12 @@ impl ModelConfig {
         if self.n_experts > u16::MAX as usize {
             bail!("model.n_experts = {} exceeds {}", self.n_experts, u16::MAX);
         }
+        if !(self.bias_update_speed.is_finite() && self.bias_update_speed >= 0.0) {
+            bail!(
+                "model.bias_update_speed = {} must be a finite number >= 0",
+                self.bias_update_speed
+            );
+        }
         if !(self.rope_theta.is_finite() && self.rope_theta > 1.0) {
             bail!(
                 "model.rope_theta = {} must be a finite number > 1",
@@ -147,5 +195,10 @@ impl ModelConfig {
 
     pub fn is_moe(&self) -> bool {
         self.ffn == FfnKind::Moe
+    }
+
+    /// MoE layers with the `sigmoid_bias` router (their weights carry a bias per expert).
+    pub fn has_router_bias(&self) -> bool {
+        self.is_moe() && self.router == RouterKind::SigmoidBias
     }
 }

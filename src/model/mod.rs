@@ -6,7 +6,7 @@ pub mod moe;
 pub mod weights;
 
 pub use attention::LayerCache;
-pub use config::{FfnKind, ModelConfig, Preset};
+pub use config::{FfnKind, ModelConfig, Preset, RouterKind};
 pub use moe::{LayerRouting, NO_ROUTE, RoutingTrace};
 pub use weights::{ParamGroup, Weights};
 
@@ -55,6 +55,7 @@ impl<'a> ForwardOptions<'a> {
                 .map(|r| LayerRouting {
                     forced: Some(r),
                     logit_offset: None,
+                    choice_offset: None,
                 })
                 .collect(),
             ..ForwardOptions::default()

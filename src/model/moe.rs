@@ -1,11 +1,12 @@
-//! MoE feed-forward: softmax router → native top-k → gates → sparse dispatch to SwiGLU experts.
+//! MoE feed-forward: router (softmax, or sigmoid with a selection bias) → native top-k → gates →
+//! sparse dispatch to SwiGLU experts.
 //!
 //! The router always computes its native top-k (for the trace and for drift), even when the
 //! experts to run are forced (Routing Replay). Forced or not, the gates are the live router
 //! probabilities gathered at the ids that run, renormalised over the k when `norm_topk`, so the
 //! router keeps receiving gradient under replay.
 
-use super::config::ModelConfig;
+use super::config::{ModelConfig, RouterKind};
 use super::weights::{MoeWeights, SwiGlu};
 use crate::tensors::softmax;
 use crate::tensors::{floats, ints, to_vec};
@@ -35,6 +36,9 @@ pub struct LayerRouting<'a> {
     /// Added to the router logits before the softmax, `[tokens, n_experts]` (drift injection,
     /// rollout router noise).
     pub logit_offset: Option<Tensor<2>>,
+    /// Added to the router logits for the top-k *choice* only, `[tokens, n_experts]` on the
+    /// host: the gates stay those of the live router (rollout `route_flip` mismatch).
+    pub choice_offset: Option<Vec<f32>>,
 }
 
 pub struct MoeOutput {
@@ -161,15 +165,15 @@ pub fn moe_forward(
 
     // Router: logits → probabilities; the top-k decision is made on the host.
     let mut logits = x.clone().matmul(w.router.clone()); // [T, E]
-    if let Some(off) = routing.logit_offset {
+    if let Some(off) = routing.logit_offset.clone() {
         logits = logits + off;
     }
-    let probs = softmax(logits.clone(), 1); // [T, E]
+    let (gate_src, probs) = router_scores(cfg, logits.clone());
     let probs_host = to_vec(probs.clone().inner());
-    let native = native_topk(&probs_host, e_n, k);
+    let native = native_choice(w, cfg, &logits, &gate_src, &probs_host, &routing);
 
     let used = used_ids(&native, routing.forced, t, k, e_n);
-    let mut out = dispatch(w, cfg, x.clone(), &probs, &used, active);
+    let mut out = dispatch(w, cfg, x.clone(), &gate_src, &used, active);
     if let Some(shared) = &w.shared {
         let mask = active_mask(active, &device);
         out = out + swiglu(shared, x) * mask;
@@ -189,6 +193,63 @@ pub fn moe_forward(
         load,
         z_loss,
     }
+}
+
+/// What the gates are gathered from and the router distribution `[T, E]` of a layer: the
+/// softmax probabilities twice for the softmax router; for `sigmoid_bias` the sigmoid
+/// affinities `s` and their normalisation `s / Σ_e s` (the distribution the load-balancing
+/// loss, the traces and the drift metrics use, as DeepSeek-V3's balance loss does).
+fn router_scores(cfg: &ModelConfig, logits: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
+    match cfg.router {
+        RouterKind::Softmax => {
+            let p = softmax(logits, 1);
+            (p.clone(), p)
+        }
+        RouterKind::SigmoidBias => {
+            let s = burn::tensor::activation::sigmoid(logits);
+            (s.clone(), s.clone() / s.sum_dim(1))
+        }
+    }
+}
+
+/// The native top-k: on the probabilities (softmax), or on `s + b` (sigmoid_bias); a
+/// `choice_offset` is added to the logits for the choice alone.
+fn native_choice(
+    w: &MoeWeights,
+    cfg: &ModelConfig,
+    logits: &Tensor<2>,
+    gate_src: &Tensor<2>,
+    probs_host: &[f32],
+    routing: &LayerRouting<'_>,
+) -> Vec<u16> {
+    let (e_n, k) = (cfg.n_experts, cfg.top_k);
+    let shifted = || -> Vec<f32> {
+        let z = to_vec(logits.clone().inner());
+        match &routing.choice_offset {
+            Some(off) => z.iter().zip(off).map(|(a, b)| a + b).collect(),
+            None => z,
+        }
+    };
+    let scores: Vec<f32> = match cfg.router {
+        RouterKind::Softmax if routing.choice_offset.is_none() => {
+            return native_topk(probs_host, e_n, k);
+        }
+        RouterKind::Softmax => shifted(),
+        RouterKind::SigmoidBias => {
+            let s = if routing.choice_offset.is_some() {
+                shifted()
+                    .iter()
+                    .map(|&z| 1.0 / (1.0 + (-z).exp()))
+                    .collect()
+            } else {
+                to_vec(gate_src.clone().inner())
+            };
+            s.chunks_exact(e_n)
+                .flat_map(|row| row.iter().zip(&w.bias).map(|(a, b)| a + b))
+                .collect()
+        }
+    };
+    native_topk(&scores, e_n, k)
 }
 
 /// The expert ids that run: the native ones, with `forced` rows (replay) put in their place.
@@ -221,8 +282,9 @@ fn used_ids(native: &[u16], forced: Option<&[u16]>, t: usize, k: usize, e_n: usi
 }
 
 /// Sparse dispatch: per-expert token lists over the active tokens, each expert's SwiGLU on its
-/// tokens times their gates (the live probabilities at the `used` ids, renormalised over the k
-/// when `norm_topk`), added back in place. Inactive tokens get zeros.
+/// tokens times their gates (the live router scores at the `used` ids — probabilities, or
+/// sigmoid affinities — renormalised over the k when `norm_topk`), added back in place.
+/// Inactive tokens get zeros.
 fn dispatch(
     w: &MoeWeights,
     cfg: &ModelConfig,

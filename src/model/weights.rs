@@ -39,6 +39,28 @@ pub struct MoeWeights {
     pub router: Tensor<2>,
     pub experts: Vec<SwiGlu>,
     pub shared: Option<SwiGlu>,
+    /// The `sigmoid_bias` router's per-expert selection bias, `[n_experts]` on the host (empty
+    /// for the softmax router). Part of the policy, so every copy of the weights carries the
+    /// bias of its moment; never trained by gradient, so the parameter visitor skips it.
+    pub bias: Vec<f32>,
+}
+
+impl MoeWeights {
+    /// `b_e += γ · sign(mean − c_e)` over the layer's routed slots per expert `counts` (nothing
+    /// for an expert exactly at the mean, nor for a softmax layer, which has no bias).
+    pub fn nudge_bias(&mut self, counts: &[f32], speed: f64) {
+        let mean = counts.iter().sum::<f32>() / counts.len().max(1) as f32;
+        for (b, &x) in self.bias.iter_mut().zip(counts) {
+            let dir = if x < mean {
+                1.0
+            } else if x > mean {
+                -1.0
+            } else {
+                0.0
+            };
+            *b += (speed * dir) as f32;
+        }
+    }
 }
 
 // One value per block, always matched by reference: boxing the larger variant buys nothing.
@@ -120,6 +142,11 @@ impl Weights {
                             .map(|_| init.swiglu(d, cfg.d_ff, out_std))
                             .collect(),
                         shared: cfg.shared_expert.then(|| init.swiglu(d, cfg.d_ff, out_std)),
+                        bias: if cfg.has_router_bias() {
+                            vec![0.0; cfg.n_experts]
+                        } else {
+                            Vec::new()
+                        },
                     }),
                     FfnKind::Dense => FfnWeights::Dense(init.swiglu(d, cfg.dense_d_ff(), out_std)),
                 };
@@ -241,9 +268,51 @@ impl Weights {
                 out.extend_from_slice(&v.to_le_bytes());
             }
         }
+        // Router biases (sigmoid_bias only) after the tensors, so softmax checkpoints keep
+        // their format.
+        for b in self.router_biases() {
+            for v in b {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
         let sum = crate::hash::fnv1a64(&out);
         out.extend_from_slice(&sum.to_le_bytes());
         out
+    }
+
+    /// The router bias of every MoE layer (empty ones for the softmax router).
+    pub fn router_biases(&self) -> Vec<&[f32]> {
+        self.blocks
+            .iter()
+            .filter_map(|b| match &b.ffn {
+                FfnWeights::Moe(m) if !m.bias.is_empty() => Some(m.bias.as_slice()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// These weights with the router biases of `other` (same model).
+    pub fn with_router_bias_of(mut self, other: &Weights) -> Self {
+        for (a, b) in self.blocks.iter_mut().zip(&other.blocks) {
+            if let (FfnWeights::Moe(x), FfnWeights::Moe(y)) = (&mut a.ffn, &b.ffn) {
+                x.bias.clone_from(&y.bias);
+            }
+        }
+        self
+    }
+
+    /// Nudge each `sigmoid_bias` layer's bias toward equal load: `b_e += γ · sign(mean − c_e)`,
+    /// `counts[l]` being layer l's routed slots per expert over the batch of the step (no change
+    /// for an expert exactly at the mean; no change at all for softmax layers).
+    pub fn nudge_router_bias(&mut self, counts: &[Vec<f32>], speed: f64) {
+        let mut layers = counts.iter();
+        for b in &mut self.blocks {
+            let FfnWeights::Moe(m) = &mut b.ffn else {
+                continue;
+            };
+            let Some(c) = layers.next() else { break };
+            m.nudge_bias(c, speed);
+        }
     }
 
     /// Load weights for `cfg` from bytes written by [`Weights::to_bytes`]. A truncated, corrupt
@@ -298,6 +367,23 @@ impl Weights {
         });
         if let Some(e) = err {
             bail!("checkpoint does not fit this model: {e}");
+        }
+        for b in &mut w.blocks {
+            if let FfnWeights::Moe(m) = &mut b.ffn {
+                for v in m.bias.iter_mut() {
+                    let raw = body
+                        .get(pos..pos + 4)
+                        .context("checkpoint truncated (router bias)")?;
+                    pos += 4;
+                    *v = f32::from_le_bytes(raw.try_into().expect("4"));
+                }
+            }
+        }
+        if pos != body.len() {
+            bail!(
+                "checkpoint has {} bytes more than this model needs",
+                body.len() - pos
+            );
         }
         Ok(w)
     }

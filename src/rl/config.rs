@@ -5,149 +5,10 @@ use crate::optim::AdamWConfig;
 use anyhow::{Result, bail, ensure};
 use serde::{Deserialize, Serialize};
 
-/// Policy objective (DESIGN §6). One variant per objective, its parameters inside.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Algorithm {
-    Grpo(GrpoConfig),
-    Gspo(GspoConfig),
-    GspoToken(GspoConfig),
-    Gvpo(GvpoConfig),
-}
-
-crate::named_enum! {
-    /// The objective of an [`Algorithm`], without its parameters (`--algorithm`, frame column
-    /// `algorithm`). Spelled as the `kind` tag of an `algorithm = { kind = ... }` table.
-    pub enum AlgorithmKind("algorithm") {
-        Grpo = "grpo",
-        Gspo = "gspo",
-        GspoToken = "gspo_token",
-        Gvpo = "gvpo",
-    }
-}
-
-impl Algorithm {
-    pub fn kind(&self) -> AlgorithmKind {
-        match self {
-            Algorithm::Grpo(_) => AlgorithmKind::Grpo,
-            Algorithm::Gspo(_) => AlgorithmKind::Gspo,
-            Algorithm::GspoToken(_) => AlgorithmKind::GspoToken,
-            Algorithm::Gvpo(_) => AlgorithmKind::Gvpo,
-        }
-    }
-
-    pub fn name(&self) -> &'static str {
-        self.kind().name()
-    }
-
-    /// The objective `kind` with its default parameters.
-    pub fn default_of(kind: AlgorithmKind) -> Algorithm {
-        match kind {
-            AlgorithmKind::Grpo => Algorithm::Grpo(GrpoConfig::default()),
-            AlgorithmKind::Gspo => Algorithm::Gspo(GspoConfig::default()),
-            AlgorithmKind::GspoToken => Algorithm::GspoToken(GspoConfig::default()),
-            AlgorithmKind::Gvpo => Algorithm::Gvpo(GvpoConfig::default()),
-        }
-    }
-
-    /// Every objective with its default parameters (tests iterate over this).
-    pub fn all_defaults() -> Vec<Algorithm> {
-        AlgorithmKind::ALL
-            .iter()
-            .map(|&k| Algorithm::default_of(k))
-            .collect()
-    }
-
-    /// Coefficient of the k3 KL to the reference model (0 when the objective has none).
-    pub fn kl_beta(&self) -> f64 {
-        match self {
-            Algorithm::Grpo(c) => c.kl_beta,
-            _ => 0.0,
-        }
-    }
-
-    pub fn validate(&self) -> Result<()> {
-        match self {
-            Algorithm::Grpo(c) => {
-                ensure!(
-                    c.eps_low >= 0.0 && c.eps_low < 1.0 && c.eps_high >= 0.0,
-                    "grpo clip ranges need 0 <= eps_low < 1, eps_high >= 0"
-                );
-                ensure!(c.kl_beta >= 0.0, "grpo.kl_beta must be >= 0");
-            }
-            Algorithm::Gspo(c) | Algorithm::GspoToken(c) => {
-                ensure!(
-                    c.eps_low >= 0.0 && c.eps_low < 1.0 && c.eps_high >= 0.0,
-                    "gspo clip ranges need 0 <= eps_low < 1, eps_high >= 0"
-                );
-            }
-            Algorithm::Gvpo(c) => {
-                ensure!(c.beta > 0.0 && c.beta.is_finite(), "gvpo.beta must be > 0")
-            }
-        }
-        Ok(())
-    }
-}
-
-/// How GRPO averages its per-token losses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Aggregation {
-    /// Mean over the tokens of each response, then over responses (default).
-    #[default]
-    SeqMeanTokenMean,
-    /// Sum over all tokens divided by the number of tokens.
-    TokenMean,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct GrpoConfig {
-    pub eps_low: f64,
-    pub eps_high: f64,
-    pub aggregation: Aggregation,
-    /// k3 KL to the cold-start reference; 0 = off.
-    pub kl_beta: f64,
-}
-
-impl Default for GrpoConfig {
-    fn default() -> Self {
-        GrpoConfig {
-            eps_low: 0.2,
-            eps_high: 0.27,
-            aggregation: Aggregation::SeqMeanTokenMean,
-            kl_beta: 0.0,
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct GspoConfig {
-    pub eps_low: f64,
-    pub eps_high: f64,
-}
-
-impl Default for GspoConfig {
-    fn default() -> Self {
-        GspoConfig {
-            eps_low: 3e-4,
-            eps_high: 4e-4,
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct GvpoConfig {
-    pub beta: f64,
-}
-
-impl Default for GvpoConfig {
-    fn default() -> Self {
-        GvpoConfig { beta: 0.1 }
-    }
-}
+pub use super::algorithm::{
+    Aggregation, Algorithm, AlgorithmKind, CispoConfig, GmpoConfig, GrpoConfig, GspoConfig,
+    GvpoConfig,
+};
 
 crate::named_enum! {
     /// Which expert ids the trainer's forwards run (DESIGN §4 table).
@@ -163,6 +24,22 @@ crate::named_enum! {
     }
 }
 
+crate::named_enum! {
+    /// Where the importance ratios' π_old comes from (`old_logp`).
+    #[derive(Default)]
+    pub enum OldLogp("old_logp") {
+        /// The trainer's own no-graph forward before the first update, in the layout and
+        /// routing the updates use: minibatch 1 is exactly on-policy (default).
+        #[default]
+        Recompute = "recompute",
+        /// The log-probs the rollout engine recorded while sampling (frameworks that skip the
+        /// recompute): under a rollout mismatch or staleness, minibatch 1 is *not* on-policy.
+        /// The trainer still runs its recompute for the routes R2 replays, the entropy, the
+        /// mismatch metrics and TIS.
+        Rollout = "rollout",
+    }
+}
+
 /// Numerical differences of the rollout engine from the trainer. Never touches the trainer.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, Default)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -174,6 +51,11 @@ pub enum Mismatch {
     Bf16,
     /// Gaussian noise `N(0, σ²)` on the router logits of every rollout forward.
     RouterNoise { sigma: f64 },
+    /// Gaussian noise `N(0, σ²)` on the router logits of the rollout engine's top-k *choice*
+    /// only; the gates are the live router's at the chosen experts, as in the trainer. An
+    /// engine that picks other experts for near-ties and is otherwise exact, so under R3 the
+    /// trainer reproduces the engine's log-probs up to rounding.
+    RouteFlip { sigma: f64 },
     /// Gaussian noise `N(0, σ²)` on the output logits before sampling.
     LogitNoise { sigma: f64 },
 }
@@ -189,7 +71,9 @@ pub enum AdvantageMode {
 }
 
 /// Truncated importance sampling against the rollout engine: multiply each token's loss by the
-/// detached `min(exp(logp_old − logp_mu), cap)`.
+/// detached `min(exp(logp_old − logp_mu), cap)`, `logp_old` being the trainer's recompute
+/// whatever `old_logp` says (with `old_logp = rollout` the ratio itself is already taken
+/// against the engine, and TIS adds the truncated trainer/engine factor on top).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TisConfig {
@@ -251,6 +135,17 @@ pub struct RlConfig {
     pub group_size: usize,
     /// Minibatches (optimizer steps) per rollout batch (N); must divide B.
     pub minibatches: usize,
+    /// Prompts per minibatch. When set, it fixes the minibatch and N sets the batch:
+    /// `batch_prompts = minibatches × minibatch_prompts` (the N sweeps of arXiv 2512.01374).
+    /// Unset (default), `batch_prompts` is fixed and N splits it. In a spec, whichever of the
+    /// two a later level sets wins.
+    pub minibatch_prompts: Option<usize>,
+    /// Where π_old comes from (see [`OldLogp`]).
+    pub old_logp: OldLogp,
+    /// Asynchronous staleness k: the rollout batch of step s is sampled by the policy at the
+    /// start of step s − k (the cold start for the first k steps); 0 = on-policy sampling.
+    /// Keeps k policy snapshots.
+    pub rollout_staleness: usize,
     /// Micro-batches per minibatch (at most; the largest divisor of the prompt groups per
     /// minibatch not above it is used). Each micro-batch of whole prompt groups runs its own
     /// forward, loss and backward; their losses are weighted so they sum to the minibatch loss,
@@ -269,6 +164,9 @@ pub struct RlConfig {
     pub mismatch: Mismatch,
     pub advantage: AdvantageMode,
     pub tis: Option<TisConfig>,
+    /// RSPO's router-shift weighting of the token ratios (see [`super::router_shift`]); off
+    /// when unset. Applies to every objective with an importance ratio (not gvpo).
+    pub router_shift: Option<super::router_shift::RouterShiftConfig>,
     pub optimizer: AdamWConfig,
     pub lr_schedule: LrSchedule,
     /// Total RL steps (for the schedule).
@@ -291,12 +189,16 @@ impl Default for RlConfig {
             batch_prompts: 16,
             group_size: 8,
             minibatches: 4,
+            minibatch_prompts: None,
+            old_logp: OldLogp::Recompute,
+            rollout_staleness: 0,
             micro_batches: 2,
             rollout_shards: 2,
             temperature: 1.0,
             mismatch: Mismatch::None,
             advantage: AdvantageMode::MeanStd,
             tis: None,
+            router_shift: None,
             optimizer: AdamWConfig::default(),
             lr_schedule: LrSchedule::Constant,
             total_steps: 100,
@@ -317,9 +219,33 @@ impl RlConfig {
         )
     }
 
+    /// The settings with `batch_prompts` derived from `minibatch_prompts` when that is set.
+    pub fn with_sizes(mut self) -> Self {
+        if let Some(m) = self.minibatch_prompts {
+            self.batch_prompts = self.minibatches * m;
+        }
+        self
+    }
+
     pub fn validate(&self) -> Result<()> {
         self.algorithm.validate()?;
         self.optimizer.validate()?;
+        if let Some(m) = self.minibatch_prompts {
+            ensure!(m >= 1, "minibatch_prompts must be at least 1");
+            ensure!(
+                self.batch_prompts == m * self.minibatches,
+                "batch_prompts = {} but minibatch_prompts × minibatches = {} × {}: with \
+                 minibatch_prompts set, the batch is derived from it",
+                self.batch_prompts,
+                m,
+                self.minibatches
+            );
+        }
+        ensure!(
+            self.rollout_staleness <= 1000,
+            "rollout_staleness = {} keeps that many policy snapshots; at most 1000",
+            self.rollout_staleness
+        );
         ensure!(
             self.batch_prompts >= 1,
             "batch_prompts (B) must be at least 1"
@@ -349,11 +275,24 @@ impl RlConfig {
             "temperature must be > 0"
         );
         match self.mismatch {
-            Mismatch::RouterNoise { sigma } | Mismatch::LogitNoise { sigma } => ensure!(
+            Mismatch::RouterNoise { sigma }
+            | Mismatch::RouteFlip { sigma }
+            | Mismatch::LogitNoise { sigma } => ensure!(
                 sigma >= 0.0 && sigma.is_finite(),
                 "mismatch sigma must be >= 0"
             ),
             _ => {}
+        }
+        if let Some(r) = &self.router_shift {
+            ensure!(
+                r.floor > 0.0 && r.floor <= 1.0,
+                "router_shift.floor = {} must be in (0, 1]",
+                r.floor
+            );
+            ensure!(
+                self.algorithm.kind() != AlgorithmKind::Gvpo,
+                "router_shift rescales importance ratios, and gvpo has none; use it with grpo, gspo, gspo_token, gmpo or cispo"
+            );
         }
         if let Some(t) = &self.tis {
             ensure!(t.cap > 0.0, "tis.cap must be > 0");

@@ -127,7 +127,7 @@ pub fn minibatches(ro: &Rollout, group_size: usize, n: usize) -> Vec<Minibatch> 
 }
 
 /// Weight of a micro-batch's loss in the loss of its minibatch (`rows`, `tokens` in all): the
-/// share of the objective's averaging units it holds (tokens for GRPO with `token_mean`,
+/// share of the objective's averaging units it holds (tokens for CISPO and GRPO with `token_mean`,
 /// responses for everything else, which also covers GVPO's mean over equal-sized groups), so
 /// that the weighted sum of the micro-batch losses is the minibatch loss, and the sum of their
 /// weighted gradients its gradient.
@@ -136,6 +136,7 @@ pub fn micro_share(alg: &Algorithm, part: &PolicyBatch, rows: usize, tokens: usi
         Algorithm::Grpo(c) if c.aggregation == Aggregation::TokenMean => {
             part.n_tok() as f32 / tokens as f32
         }
+        Algorithm::Cispo(_) => part.n_tok() as f32 / tokens as f32,
         _ => part.n_resp() as f32 / rows as f32,
     }
 }
@@ -148,6 +149,7 @@ impl LossStats {
         let mut out = LossStats::default();
         let mut kl: Option<f32> = None;
         let mut tis: Option<Vec<f32>> = None;
+        let mut shift: Option<Vec<f32>> = None;
         for (p, w) in parts {
             out.loss_policy += w * p.loss_policy;
             out.logp.extend(p.logp);
@@ -162,9 +164,13 @@ impl LossStats {
             if let Some(t) = p.tis_weight {
                 tis.get_or_insert_with(Vec::new).extend(t);
             }
+            if let Some(g) = p.router_shift {
+                shift.get_or_insert_with(Vec::new).extend(g);
+            }
         }
         out.kl_ref = kl;
         out.tis_weight = tis;
+        out.router_shift = shift;
         out
     }
 }
@@ -190,6 +196,9 @@ pub struct MicroForward {
 /// A minibatch's loss terms and summed gradient, from its micro-batches.
 pub struct Accumulated {
     pub stats: LossStats,
+    /// Per MoE layer: native routed slots per expert over the minibatch's active tokens (the
+    /// load the `sigmoid_bias` router's bias update balances).
+    pub counts: Vec<Vec<f32>>,
     pub loss_aux: f32,
     pub loss_z: f32,
     pub loss_total: f32,
@@ -232,12 +241,24 @@ pub fn accumulate(
         .filter_map(|b| b.1)
         .reduce(|acc, g| acc.into_iter().zip(g).map(|(a, b)| a + b).collect())
         .filter(|_| finite);
+    let counts: Vec<Vec<f32>> = (0..parts[0].load.len())
+        .map(|l| {
+            let mut c = vec![0f32; parts[0].load[l].counts.len()];
+            for p in &parts {
+                c.iter_mut()
+                    .zip(&p.load[l].counts)
+                    .for_each(|(a, b)| *a += b);
+            }
+            c
+        })
+        .collect();
     let routes_before = concat_layers(parts.iter().map(|f| &f.routes_before), n_layers);
     let routes_used = concat_layers(parts.iter().map(|f| &f.routes_used), n_layers);
     let probs_before = concat_layers(parts.iter().map(|f| &f.probs_before), n_layers);
     let stats = LossStats::concat(parts.into_iter().map(|f| (f.stats, f.share)).collect());
     Accumulated {
         stats,
+        counts,
         loss_aux,
         loss_z,
         loss_total,

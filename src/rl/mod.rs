@@ -1,15 +1,20 @@
 //! The RL engine: rollouts, advantages, objectives, routing modes, drift knobs, the update loop.
 
 pub mod advantage;
+pub mod algorithm;
 pub mod config;
 pub mod drift;
 pub mod loss;
 pub mod micro;
+mod old;
 pub mod rollout;
+pub mod router_shift;
 pub mod step;
 
 pub use config::{
-    AdvantageMode, Aggregation, Algorithm, AlgorithmKind, DriftInjection, GrpoConfig, GspoConfig,
-    GvpoConfig, LrSchedule, Mismatch, RlConfig, RoutingMode, TisConfig,
+    AdvantageMode, Aggregation, Algorithm, AlgorithmKind, CispoConfig, DriftInjection, GmpoConfig,
+    GrpoConfig, GspoConfig, GvpoConfig, LrSchedule, Mismatch, OldLogp, RlConfig, RoutingMode,
+    TisConfig,
 };
+pub use router_shift::RouterShiftConfig;
 pub use step::{StepOutput, Trainer, UpdateRecord};

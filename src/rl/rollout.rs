@@ -70,21 +70,27 @@ pub fn rollout(
     let device = model.device();
     let round_bf16 = matches!(cfg.mismatch, Mismatch::Bf16);
     let mut options = |n_tokens: usize| -> ForwardOptions<'static> {
+        let mut noise = |n: usize, sigma: f64| -> Vec<f32> {
+            let normal = Normal::new(0.0f32, sigma as f32).expect("valid sigma");
+            (0..n).map(|_| normal.sample(noise_rng)).collect()
+        };
         let routing = match cfg.mismatch {
-            Mismatch::RouterNoise { sigma } if sigma > 0.0 && model.cfg.is_moe() => {
-                let normal = Normal::new(0.0f32, sigma as f32).expect("valid sigma");
-                (0..n_layers)
-                    .map(|_| {
-                        let v = (0..n_tokens * n_experts)
-                            .map(|_| normal.sample(noise_rng))
-                            .collect();
-                        LayerRouting {
-                            forced: None,
-                            logit_offset: Some(floats(v, [n_tokens, n_experts], &device)),
-                        }
-                    })
-                    .collect()
-            }
+            Mismatch::RouterNoise { sigma } if sigma > 0.0 && model.cfg.is_moe() => (0..n_layers)
+                .map(|_| LayerRouting {
+                    logit_offset: Some(floats(
+                        noise(n_tokens * n_experts, sigma),
+                        [n_tokens, n_experts],
+                        &device,
+                    )),
+                    ..LayerRouting::default()
+                })
+                .collect(),
+            Mismatch::RouteFlip { sigma } if sigma > 0.0 && model.cfg.is_moe() => (0..n_layers)
+                .map(|_| LayerRouting {
+                    choice_offset: Some(noise(n_tokens * n_experts, sigma)),
+                    ..LayerRouting::default()
+                })
+                .collect(),
             _ => Vec::new(),
         };
         ForwardOptions {

@@ -3,17 +3,19 @@
 //! quantity the metrics need, so instrumentation never reaches into the trainer.
 
 use super::advantage::advantages;
-use super::config::{DriftInjection, RlConfig, RoutingMode};
+use super::config::{DriftInjection, OldLogp, RlConfig, RoutingMode};
 use super::drift::{DriftWalk, calibrate_sigma};
 use super::loss::{LossStats, PolicyBatch, policy_loss};
 use super::micro::{Accumulated, Batch, MicroForward, accumulate, concat_layers, micro_share};
+use super::old::{LayerRoutes, OldPolicy, native_and_probs};
 use super::rollout::rollout;
+use super::router_shift::{router_shift, shifted_old_logp};
 use crate::hash::derive_seed;
-use crate::model::{ForwardOptions, LayerRouting, Model, RoutingTrace, token_logp};
+use crate::model::{ForwardOptions, LayerRouting, Model, token_logp};
 use crate::optim::AdamW;
 use crate::parallel::par_map;
 use crate::task::Task;
-use crate::tensors::{ints, scalar, to_vec};
+use crate::tensors::{ints, scalar};
 use anyhow::{Result, bail};
 use burn::tensor::Tensor;
 use rand::SeedableRng;
@@ -41,6 +43,10 @@ pub struct UpdateRecord {
     pub routes_before: Vec<Vec<u16>>,
     pub routes_used: Vec<Vec<u16>>,
     pub routes_after: Vec<Vec<u16>>,
+    /// `sigmoid_bias` only (empty otherwise): native routes of the pre-step weights with the
+    /// updated bias, on the same inputs and walk offsets as the update forward, so that
+    /// `routes_before → routes_bias_only` is the drift the bias update alone causes.
+    pub routes_bias_only: Vec<Vec<u16>>,
     pub routes_old: Vec<Vec<u16>>,
     /// Per MoE layer router distributions `[tokens, n_experts]` before and after the step.
     pub probs_before: Vec<Vec<f32>>,
@@ -63,6 +69,9 @@ pub struct UpdateRecord {
 #[derive(Clone, Debug)]
 pub struct StepOutput {
     pub step: usize,
+    /// How many steps old the policy that sampled this rollout batch is: `min(step, k)` for
+    /// `rollout_staleness = k`.
+    pub staleness: usize,
     pub rewards: Vec<f32>,
     pub correct: Vec<bool>,
     pub adv: Vec<f32>,
@@ -98,29 +107,14 @@ pub struct Trainer {
     pub drift_sigma: Option<f64>,
     /// Run the drift probe after every update (default true).
     pub probe: bool,
-}
-
-/// What the π_old pass computed for one micro-batch.
-struct OldPass {
-    entropy_sum: f64,
-    logp: Vec<f32>,
-    /// Per MoE layer: native routes and router distributions.
-    routes: Vec<Vec<u16>>,
-    probs: Vec<Vec<f32>>,
-    logp_ref: Option<Vec<f32>>,
-}
-
-/// π_old of the whole rollout batch.
-struct OldPolicy {
-    passes: Vec<OldPass>,
-    logp: Vec<f32>,
-    entropy: f32,
-    /// Per minibatch, per MoE layer: π_old's native routes.
-    routes: Vec<Vec<Vec<u16>>>,
+    /// With `rollout_staleness = k > 0`: the policies at the start of the last k + 1 steps,
+    /// oldest first (the rollout engine samples with the oldest).
+    snapshots: std::collections::VecDeque<Model>,
 }
 
 impl Trainer {
     pub fn new(cfg: RlConfig, model: Model, task: Task, seed: u64) -> Result<Self> {
+        let cfg = cfg.with_sizes();
         cfg.validate()?;
         let need = task.cfg.max_prompt_tokens() + task.cfg.max_answer_tokens();
         if need > model.cfg.max_seq_len {
@@ -148,13 +142,14 @@ impl Trainer {
             step: 0,
             drift_sigma,
             probe: true,
+            snapshots: std::collections::VecDeque::new(),
             cfg,
         })
     }
 
     /// Forward options with router distributions: `forced` ids per layer (replay) and
     /// router-logit `offsets` per layer (drift walk), each optional.
-    fn routing<'a>(
+    pub(super) fn routing<'a>(
         &self,
         forced: Option<&'a [Vec<u16>]>,
         offsets: Option<Vec<Tensor<2>>>,
@@ -164,6 +159,7 @@ impl Trainer {
             .map(|l| LayerRouting {
                 forced: forced.map(|f| f[l].as_slice()),
                 logit_offset: offsets.as_mut().and_then(|o| o.next()),
+                choice_offset: None,
             })
             .collect();
         ForwardOptions {
@@ -173,13 +169,27 @@ impl Trainer {
         }
     }
 
+    /// Copies of the random streams the next rollout draws from (prompts and tokens; mismatch
+    /// noise), so a caller can replay that rollout with [`super::rollout::rollout`].
+    pub fn rollout_rngs(&self) -> (Xoshiro256PlusPlus, Xoshiro256PlusPlus) {
+        (self.sample_rng.clone(), self.noise_rng.clone())
+    }
+
     /// One RL step. Never panics on a non-finite loss or gradient: the update is skipped and
     /// the record says why.
     pub fn step(&mut self) -> StepOutput {
         let cfg = self.cfg.clone();
         let started = Instant::now();
+        let k = cfg.rollout_staleness;
+        if k > 0 {
+            self.snapshots.push_back(self.model.clone());
+            while self.snapshots.len() > k + 1 {
+                self.snapshots.pop_front();
+            }
+        }
+        let behaviour = self.snapshots.front().unwrap_or(&self.model);
         let ro = rollout(
-            &self.model,
+            behaviour,
             &self.task,
             &cfg,
             &mut self.sample_rng,
@@ -209,6 +219,7 @@ impl Trainer {
         let n_layers = self.model.cfg.n_layers;
         let out = StepOutput {
             step: self.step,
+            staleness: self.step.min(cfg.rollout_staleness),
             resp_lens: b.ro.generation.responses.iter().map(Vec::len).collect(),
             adv,
             logp_old: old.logp,
@@ -226,49 +237,6 @@ impl Trainer {
         };
         self.step += 1;
         out
-    }
-
-    /// π_old: one no-graph forward per micro-batch, before the first update, in exactly the
-    /// layout and routing the updates will use, so minibatch 1 is exactly on-policy. The
-    /// reference model's log-probs come from the same pass.
-    fn recompute_old(&self, b: &Batch) -> OldPolicy {
-        let inner = self.model.inner();
-        let temp = self.cfg.temperature;
-        let passes: Vec<OldPass> = par_map(b.micros.len(), |i| {
-            let mb = &b.micros[i];
-            let forced =
-                (self.cfg.routing == RoutingMode::R3).then(|| b.rollout_routes[i].as_slice());
-            let out = inner.forward(&mb.batch, &self.routing(forced, None));
-            let device = out.logits.device();
-            let rows = || ints(&mb.logit_rows, [mb.logit_rows.len()], &device);
-            let picked = out.logits.select(0, rows());
-            let host = to_vec(picked.clone());
-            let (routes, probs) = native_and_probs(out.traces);
-            OldPass {
-                entropy_sum: entropy_sum(&host, self.model.cfg.vocab_size, temp),
-                logp: to_vec(token_logp(picked, &mb.targets, temp)),
-                routes,
-                probs,
-                logp_ref: self.reference.as_ref().map(|r| {
-                    let o = r.forward(&mb.batch, &ForwardOptions::default());
-                    to_vec(token_logp(o.logits.select(0, rows()), &mb.targets, temp))
-                }),
-            }
-        });
-        let logp: Vec<f32> = passes.iter().flat_map(|o| o.logp.iter().copied()).collect();
-        let ent_sum: f64 = passes.iter().map(|o| o.entropy_sum).sum();
-        let entropy = (ent_sum / logp.len().max(1) as f64) as f32;
-        let n_layers = self.model.cfg.n_layers;
-        let routes = passes
-            .chunks(b.n_micro)
-            .map(|c| concat_layers(c.iter().map(|o| &o.routes), n_layers))
-            .collect();
-        OldPolicy {
-            passes,
-            logp,
-            entropy,
-            routes,
-        }
     }
 
     /// Drift injection with a target share: σ is calibrated once per cell, on π_old's router
@@ -329,9 +297,28 @@ impl Trainer {
         let out = train.forward(&mc.batch, &self.routing(forced, offsets));
         let rows_idx = ints(&mc.logit_rows, [mc.logit_rows.len()], &device);
         let logp = token_logp(out.logits.select(0, rows_idx), &mc.targets, cfg.temperature);
+        let logp_recompute = old.logp[mc.tokens.clone()].to_vec();
+        let mut logp_old = match cfg.old_logp {
+            OldLogp::Recompute => logp_recompute.clone(),
+            OldLogp::Rollout => b.logp_mu[mc.tokens.clone()].to_vec(),
+        };
+        let shift = cfg.router_shift.as_ref().map(|rs| {
+            let now: Vec<Vec<f32>> = out
+                .traces
+                .iter()
+                .map(|t| t.probs.clone().unwrap_or_default())
+                .collect();
+            let (e_n, k) = (self.model.cfg.n_experts, self.model.cfg.top_k);
+            let o = &old.passes[i];
+            router_shift(&now, &o.probs, &o.used, &mc.logit_rows, (e_n, k), rs.floor)
+        });
+        if let Some(g) = &shift {
+            logp_old = shifted_old_logp(&logp_old, g);
+        }
         let pb = PolicyBatch {
             logp,
-            logp_old: old.logp[mc.tokens.clone()].to_vec(),
+            logp_old,
+            logp_recompute,
             logp_mu: b.logp_mu[mc.tokens.clone()].to_vec(),
             logp_ref: old.passes[i].logp_ref.clone(),
             adv: adv[mc.rows.clone()].to_vec(),
@@ -340,7 +327,11 @@ impl Trainer {
             lens: mc.lens.clone(),
             group_size: cfg.group_size,
         };
-        let (ploss, stats) = policy_loss(&cfg.algorithm, &pb, cfg.tis.as_ref());
+        let (ploss, mut stats) = policy_loss(&cfg.algorithm, &pb, cfg.tis.as_ref());
+        if let Some(g) = &shift {
+            stats.unshift_ratios(g, &pb.seg, &pb.lens);
+        }
+        stats.router_shift = shift;
         let share = micro_share(&cfg.algorithm, &pb, mb.rows.len(), mb.tokens.len());
         let real = |v: &[bool]| v.iter().filter(|&&x| x).count();
         let active_share = real(&mc.batch.valid) as f32 / real(&mb.batch.valid).max(1) as f32;
@@ -379,15 +370,23 @@ impl Trainer {
             self.cfg.aux_coef,
             self.cfg.z_coef,
         );
+        // Kept only for the bias-only probe: a second handle on the weights would make the
+        // optimizer copy them.
+        let before = (self.probe && self.model.cfg.has_router_bias()).then(|| self.model.clone());
         let (grad_norm, applied, skip_reason) = match acc.grads {
             Some(g) => {
                 let (w, report) = self.opt.step(self.model.weights.clone(), g, lr);
                 self.model.weights = w;
+                if report.applied {
+                    let speed = self.model.cfg.bias_update_speed;
+                    self.model.weights.nudge_router_bias(&acc.counts, speed);
+                }
                 let reason = (!report.applied).then(|| "non-finite gradient".to_string());
                 (report.grad_norm, report.applied, reason)
             }
             None => (f32::NAN, false, Some("non-finite loss".to_string())),
         };
+        let routes_bias_only = self.bias_probe(b, m, walk, before);
         let mb = &b.mbs[m];
         let logp_ref = old.passes[m * n..(m + 1) * n]
             .iter()
@@ -407,6 +406,7 @@ impl Trainer {
             routes_before: acc.routes_before,
             routes_used: acc.routes_used,
             routes_after: Vec::new(),
+            routes_bias_only,
             routes_old: old.routes[m].clone(),
             probs_before: acc.probs_before,
             probs_after: Vec::new(),
@@ -419,6 +419,31 @@ impl Trainer {
             t_update: 0.0,
             t_probe: 0.0,
         }
+    }
+
+    /// The bias-only probe of a `sigmoid_bias` model (see [`UpdateRecord::routes_bias_only`]):
+    /// `before` is the policy before this minibatch's step; empty without the bias or the probe.
+    fn bias_probe(
+        &self,
+        b: &Batch,
+        m: usize,
+        walk: Option<&DriftWalk>,
+        before: Option<Model>,
+    ) -> Vec<Vec<u16>> {
+        let Some(mut before) = before else {
+            return Vec::new();
+        };
+        before.weights = before.weights.with_router_bias_of(&self.model.weights);
+        let device = self.model.device();
+        let routes: Vec<Vec<Vec<u16>>> = par_map(b.n_micro, |j| {
+            let mc = &b.micros[m * b.n_micro + j];
+            let offsets = walk
+                .filter(|w| w.steps > 0)
+                .map(|w| w.offsets(b.token_range(mc), &device));
+            let o = before.forward(&mc.batch, &self.routing(None, offsets));
+            o.traces.into_iter().map(|t| t.native).collect()
+        });
+        concat_layers(routes.iter(), self.model.cfg.n_layers)
     }
 
     /// Drift probe: the updated policy on the same micro-batches, native routes, no graph, with
@@ -440,28 +465,4 @@ impl Trainer {
         rec.probs_after = concat_layers(probed.iter().map(|p| &p.1), n_layers);
         rec.t_probe = started.elapsed().as_secs_f64();
     }
-}
-
-/// Per MoE layer: native routes `[tokens, k]` and router distributions `[tokens, n_experts]`.
-type LayerRoutes = (Vec<Vec<u16>>, Vec<Vec<f32>>);
-
-/// Per MoE layer: the native routes and the router distributions of a forward's traces.
-fn native_and_probs(traces: Vec<RoutingTrace>) -> LayerRoutes {
-    traces
-        .into_iter()
-        .map(|t| (t.native, t.probs.unwrap_or_default()))
-        .unzip()
-}
-
-/// Σ over rows of the entropy of `softmax(row / temperature)`; `rows` is `[n, vocab]`.
-fn entropy_sum(rows: &[f32], vocab: usize, temperature: f32) -> f64 {
-    rows.chunks_exact(vocab)
-        .map(|r| {
-            let s: Vec<f64> = r.iter().map(|&x| f64::from(x / temperature)).collect();
-            let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
-            let lz = z.ln() + m;
-            -s.iter().map(|x| (x - lz).exp() * (x - lz)).sum::<f64>()
-        })
-        .sum()
 }

@@ -87,7 +87,7 @@ pub fn tiny_experiment(
             batch_size: 16,
             eval_every: 10,
             target_accuracy: 2.0,
-            ..ColdStartConfig::default()
+            ..driftlab::coldstart::ColdStartConfig::default()
         },
         collapse: Default::default(),
         arms,
@@ -110,4 +110,58 @@ pub fn run_options(tag: &str, cache_dir: std::path::PathBuf) -> driftlab::experi
         stop: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
         on_step: None,
     }
+}
+
+pub fn tiny_rl(
+    alg: driftlab::rl::Algorithm,
+    routing: driftlab::rl::RoutingMode,
+) -> driftlab::rl::RlConfig {
+    driftlab::rl::RlConfig {
+        algorithm: alg,
+        routing,
+        batch_prompts: 4,
+        group_size: 4,
+        minibatches: 2,
+        ..driftlab::rl::RlConfig::default()
+    }
+}
+
+pub fn short_sort() -> Task {
+    Task::new(
+        TaskConfig {
+            min_len: 2,
+            max_len: 4,
+            eval_size: 64,
+            ..TaskConfig::default()
+        },
+        0,
+    )
+    .unwrap()
+}
+
+/// A tiny model cold-started on short sorts, so rewards vary within groups and every expert
+/// receives policy gradient (trained once per test binary).
+pub fn warm_tiny() -> Model {
+    static WARM: std::sync::OnceLock<Model> = std::sync::OnceLock::new();
+    WARM.get_or_init(|| {
+        let cs = driftlab::coldstart::ColdStartConfig {
+            target_accuracy: 0.3,
+            max_steps: 600,
+            eval_every: 25,
+            ..driftlab::coldstart::ColdStartConfig::default()
+        };
+        let out =
+            driftlab::coldstart::train(&tiny_cfg(), &short_sort(), &cs, 0, &flex(), None).unwrap();
+        assert!(
+            out.accuracy.sampled >= 0.2,
+            "tiny warm start reached {:?}",
+            out.accuracy
+        );
+        out.model
+    })
+    .clone()
+}
+
+pub fn trainer(cfg: driftlab::rl::RlConfig, seed: u64) -> driftlab::rl::Trainer {
+    driftlab::rl::Trainer::new(cfg, warm_tiny(), short_sort(), seed).unwrap()
 }

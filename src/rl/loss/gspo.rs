@@ -46,6 +46,7 @@ fn stats(
         logp,
         kl_ref: None,
         tis_weight,
+        router_shift: None,
     }
 }
 

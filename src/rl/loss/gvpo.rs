@@ -50,6 +50,7 @@ pub fn loss(
         logp,
         kl_ref: None,
         tis_weight,
+        router_shift: None,
     };
     (loss, stats)
 }

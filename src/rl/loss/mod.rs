@@ -1,5 +1,7 @@
 //! One contract for every objective: a [`PolicyBatch`] in, `(loss, LossStats)` out.
 
+pub mod cispo;
+pub mod gmpo;
 pub mod grpo;
 pub mod gspo;
 pub mod gvpo;
@@ -13,8 +15,12 @@ use burn::tensor::{Device, Tensor};
 pub struct PolicyBatch {
     /// log π_θ of each response token, with graph, `[n_tok]`.
     pub logp: Tensor<1>,
-    /// log π_θold (trainer, before the first update of this rollout batch), `[n_tok]`.
+    /// log π_θold, the ratios' denominator, `[n_tok]`: the trainer's recompute before the first
+    /// update of this rollout batch, or the rollout engine's log-probs with `old_logp = rollout`.
     pub logp_old: Vec<f32>,
+    /// log π_θold from the trainer's recompute (TIS's numerator), `[n_tok]`; equal to
+    /// `logp_old` unless `old_logp = rollout`.
+    pub logp_recompute: Vec<f32>,
     /// Log-probs the rollout engine recorded, `[n_tok]`.
     pub logp_mu: Vec<f32>,
     /// Frozen reference model, `[n_tok]`, when a KL term needs it.
@@ -51,6 +57,10 @@ pub struct LossStats {
     pub kl_ref: Option<f32>,
     /// TIS weights applied, `[n_tok]` (token-level) or `[R]` (sequence-level objectives).
     pub tis_weight: Option<Vec<f32>>,
+    /// Router-shift weights γ̃ applied to the token ratios, `[n_tok]`, when `router_shift` is on
+    /// (the ratios above are then the raw ones, the clipping statistics those of the rescaled
+    /// ratios the objective clipped; see [`LossStats::unshift_ratios`]).
+    pub router_shift: Option<Vec<f32>>,
 }
 
 impl PolicyBatch {
@@ -119,19 +129,19 @@ impl PolicyBatch {
             .collect();
         (tok, seq)
     }
-    /// Token-level TIS weights `min(exp(logp_old − logp_mu), cap)`.
+    /// Token-level TIS weights `min(exp(logp_recompute − logp_mu), cap)`.
     pub fn tis_tok(&self, cap: f64) -> Vec<f32> {
-        self.logp_old
+        self.logp_recompute
             .iter()
             .zip(&self.logp_mu)
             .map(|(o, m)| (o - m).exp().min(cap as f32))
             .collect()
     }
-    /// Sequence-level TIS weights `min(exp(mean_t (logp_old − logp_mu)), cap)`: length
+    /// Sequence-level TIS weights `min(exp(mean_t (logp_recompute − logp_mu)), cap)`: length
     /// normalised like the sequence ratio of GSPO, used by the sequence-level objectives.
     pub fn tis_seq(&self, cap: f64) -> Vec<f32> {
         let mut sum = vec![0f64; self.n_resp()];
-        for (t, (o, m)) in self.logp_old.iter().zip(&self.logp_mu).enumerate() {
+        for (t, (o, m)) in self.logp_recompute.iter().zip(&self.logp_mu).enumerate() {
             sum[self.seg[t]] += f64::from(o - m);
         }
         sum.iter()
@@ -159,5 +169,7 @@ pub fn policy_loss(
         Algorithm::Gspo(c) => gspo::loss(c, batch, tis),
         Algorithm::GspoToken(c) => gspo::token_loss(c, batch, tis),
         Algorithm::Gvpo(c) => gvpo::loss(c, batch, tis),
+        Algorithm::Cispo(c) => cispo::loss(c, batch, tis),
+        Algorithm::Gmpo(c) => gmpo::loss(c, batch, tis),
     }
 }

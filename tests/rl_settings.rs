@@ -1,0 +1,214 @@
+//! The settings papers run MoE RL in: π_old from the rollout engine, asynchronous staleness,
+//! a fixed minibatch size.
+
+mod common;
+use common::*;
+use driftlab::rl::rollout::rollout;
+use driftlab::rl::{Algorithm, GrpoConfig, Mismatch, OldLogp, RlConfig, RoutingMode, StepOutput};
+
+fn grpo(routing: RoutingMode) -> RlConfig {
+    tiny_rl(Algorithm::Grpo(GrpoConfig::default()), routing)
+}
+
+/// The largest |w − 1| over the first minibatch's token ratios.
+fn first_minibatch_dev(out: &StepOutput) -> f32 {
+    out.updates[0]
+        .stats
+        .ratio_tok
+        .iter()
+        .map(|w| (w - 1.0).abs())
+        .fold(0.0, f32::max)
+}
+
+fn one_step(cfg: RlConfig, seed: u64) -> StepOutput {
+    trainer(cfg, seed).step()
+}
+
+/// Without a mismatch the rollout engine's log-probs are the trainer's up to KV-cache rounding,
+/// so π_old from either source gives the same losses; with the recompute, minibatch 1 is
+/// exactly on-policy.
+#[test]
+fn rollout_old_logp_without_mismatch_matches_the_recompute_up_to_rounding() {
+    for alg in Algorithm::all_defaults() {
+        let mut cfg = tiny_rl(alg.clone(), RoutingMode::Native);
+        let a = one_step(cfg.clone(), 3);
+        cfg.old_logp = OldLogp::Rollout;
+        let b = one_step(cfg, 3);
+        assert_eq!(a.rewards, b.rewards, "{}: same rollout", alg.name());
+        assert_eq!(first_minibatch_dev(&a), 0.0, "{}", alg.name());
+        let dev = first_minibatch_dev(&b);
+        assert!(
+            dev < 1e-5,
+            "{}: rollout π_old is the recompute up to rounding: {dev}",
+            alg.name()
+        );
+        for (x, y) in a.updates.iter().zip(&b.updates) {
+            let (lx, ly) = (x.stats.loss_policy, y.stats.loss_policy);
+            assert!(
+                (lx - ly).abs() <= 1e-4 * (1.0 + lx.abs()),
+                "{} minibatch {}: loss {lx} vs {ly}",
+                alg.name(),
+                x.minibatch
+            );
+        }
+    }
+}
+
+/// An engine that picks other experts (route_flip) moves the ratios of minibatch 1 away from 1
+/// when π_old is the engine's; replaying the engine's routes (R3) brings them back to rounding.
+/// Router-logit noise also moves the engine's gates, which R3 does not replay.
+#[test]
+fn under_a_routing_mismatch_r3_brings_rollout_ratios_back_to_one() {
+    let dev = |mismatch: Mismatch, routing: RoutingMode| {
+        let mut cfg = grpo(routing);
+        cfg.mismatch = mismatch;
+        cfg.old_logp = OldLogp::Rollout;
+        first_minibatch_dev(&one_step(cfg, 5))
+    };
+    let flip = Mismatch::RouteFlip { sigma: 1.0 };
+    let (native, r3) = (dev(flip, RoutingMode::Native), dev(flip, RoutingMode::R3));
+    assert!(native > 0.05, "changed experts move the ratios: {native}");
+    assert!(r3 < 1e-5, "R3 replays the engine's experts: {r3}");
+    let noise = Mismatch::RouterNoise { sigma: 1.0 };
+    let (native_n, r3_n) = (dev(noise, RoutingMode::Native), dev(noise, RoutingMode::R3));
+    assert!(
+        native_n > 0.05 && r3_n > 1e-3,
+        "noisy gates stay under R3: native {native_n}, r3 {r3_n}"
+    );
+    // With the recompute, minibatch 1 is on-policy whatever the engine did.
+    let mut cfg = grpo(RoutingMode::Native);
+    cfg.mismatch = flip;
+    assert_eq!(first_minibatch_dev(&one_step(cfg, 5)), 0.0);
+}
+
+/// With staleness k the rollout of step s is bitwise the rollout the policy at the start of
+/// step s − k (the cold start for s < k) draws from the same random streams.
+#[test]
+fn stale_rollouts_are_the_snapshots_rollouts() {
+    let k = 2;
+    let mut cfg = grpo(RoutingMode::Native);
+    cfg.rollout_staleness = k;
+    cfg.mismatch = Mismatch::RouterNoise { sigma: 0.2 };
+    let mut t = trainer(cfg.clone(), 11);
+    let mut snapshots = Vec::new();
+    for s in 0..5 {
+        snapshots.push(t.model.clone());
+        let (mut rs, mut rn) = t.rollout_rngs();
+        let out = t.step();
+        assert_eq!(out.staleness, s.min(k));
+        let want = rollout(&snapshots[s - s.min(k)], &t.task, &cfg, &mut rs, &mut rn);
+        let want_logp: Vec<f32> = want.generation.logp.iter().flatten().copied().collect();
+        assert_eq!(out.logp_mu, want_logp, "step {s}");
+        assert_eq!(out.rewards, want.rewards, "step {s}");
+        assert_eq!(out.routes_rollout, want.generation.routes, "step {s}");
+        if s >= 1 {
+            let drift = driftlab::metrics::rows::mismatch_stats(&out).0;
+            assert!(
+                drift > 0.0,
+                "a stale behaviour policy is off the current one"
+            );
+        }
+    }
+    // k = 0 samples with the current policy: the first step of both is the same.
+    let fresh = one_step(grpo(RoutingMode::Native), 11);
+    let mut cfg0 = grpo(RoutingMode::Native);
+    cfg0.rollout_staleness = 0;
+    assert_eq!(one_step(cfg0, 11).logp_mu, fresh.logp_mu);
+}
+
+/// `minibatch_prompts` fixes the minibatch and lets N set the batch.
+#[test]
+fn minibatch_prompts_sets_the_batch() {
+    let mut cfg = grpo(RoutingMode::Native);
+    cfg.minibatches = 3;
+    cfg.minibatch_prompts = Some(2);
+    let out = one_step(cfg.clone(), 2);
+    assert_eq!(out.rewards.len(), 6 * cfg.group_size);
+    assert_eq!(out.updates.len(), 3);
+    assert!(
+        out.updates
+            .iter()
+            .all(|u| u.adv.len() == 2 * cfg.group_size)
+    );
+    cfg.minibatch_prompts = Some(0);
+    let e = driftlab::rl::Trainer::new(cfg, warm_tiny(), short_sort(), 0)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("minibatch_prompts"), "{e}");
+}
+
+/// The router shift is exactly 1 on minibatch 1 (π_θ = π_old, so the routers agree), within
+/// [floor, 1] after, and below 1 somewhere once the router has moved; every ratio objective
+/// and routing mode runs with it; GVPO, which has no ratio, refuses it.
+#[test]
+fn router_shift_runs_with_every_ratio_objective_and_routing_mode() {
+    use driftlab::rl::{AlgorithmKind, RouterShiftConfig};
+    for kind in [
+        AlgorithmKind::Grpo,
+        AlgorithmKind::Gspo,
+        AlgorithmKind::Gmpo,
+        AlgorithmKind::Cispo,
+    ] {
+        for &routing in RoutingMode::ALL {
+            let mut cfg = tiny_rl(Algorithm::default_of(kind), routing);
+            cfg.router_shift = Some(RouterShiftConfig::default());
+            cfg.optimizer.lr = 3e-3;
+            let out = one_step(cfg, 4);
+            let what = format!("{kind} {routing}");
+            let g0 = out.updates[0].stats.router_shift.clone().expect("recorded");
+            assert_eq!(g0.len(), out.updates[0].stats.ratio_tok.len(), "{what}");
+            assert!(g0.iter().all(|&g| g == 1.0), "{what}: minibatch 1 {g0:?}");
+            let g1 = out.updates[1].stats.router_shift.clone().unwrap();
+            assert!(
+                g1.iter().all(|&g| (0.8..=1.0).contains(&g)),
+                "{what}: {g1:?}"
+            );
+            assert!(g1.iter().any(|&g| g < 1.0), "{what}: the router moved");
+        }
+    }
+    let mut cfg = tiny_rl(
+        Algorithm::default_of(AlgorithmKind::Gvpo),
+        RoutingMode::Native,
+    );
+    cfg.router_shift = Some(RouterShiftConfig::default());
+    let e = driftlab::rl::Trainer::new(cfg, warm_tiny(), short_sort(), 0)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("router_shift") && e.contains("gvpo"), "{e}");
+}
+
+/// Every routing mode runs with all the engine settings on at once (the rollout engine's π_old,
+/// staleness, a fixed minibatch size, the router shift, a route-flip mismatch and a
+/// sigmoid_bias router), for every objective.
+#[test]
+fn every_routing_mode_runs_with_every_engine_setting() {
+    use driftlab::model::{Model, ModelConfig, RouterKind};
+    use driftlab::rl::{AlgorithmKind, RouterShiftConfig, Trainer};
+    let cfg = ModelConfig {
+        router: RouterKind::SigmoidBias,
+        ..tiny_cfg()
+    };
+    for alg in Algorithm::all_defaults() {
+        for &routing in RoutingMode::ALL {
+            let mut rl = tiny_rl(alg.clone(), routing);
+            rl.old_logp = OldLogp::Rollout;
+            rl.rollout_staleness = 1;
+            rl.minibatch_prompts = Some(1);
+            rl.mismatch = Mismatch::RouteFlip { sigma: 0.5 };
+            rl.router_shift = (alg.kind() != AlgorithmKind::Gvpo).then(RouterShiftConfig::default);
+            let model = Model::init(cfg.clone(), 6, &flex());
+            let mut t = Trainer::new(rl, model, short_sort(), 6).unwrap();
+            for s in 0..2 {
+                let out = t.step();
+                let what = format!("{} {routing} step {s}", alg.name());
+                assert_eq!(out.updates.len(), 2, "{what}: B = N × 1");
+                assert_eq!(out.staleness, s.min(1), "{what}");
+                for u in &out.updates {
+                    assert!(u.applied && u.loss_total.is_finite(), "{what}");
+                }
+            }
+        }
+    }
+}
