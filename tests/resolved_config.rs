@@ -272,3 +272,24 @@ fn findings_do_not_depend_on_arm_names() {
     let _ = std::fs::remove_dir_all(&out);
     let _ = std::fs::remove_dir_all(&renamed);
 }
+
+/// The README's example of the engine settings is a valid spec and resolves as it says.
+#[test]
+fn the_readme_engine_settings_example_resolves() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let at = readme
+        .find("A depth sweep at fixed width, an asynchronous regime")
+        .expect("the example is in the README");
+    let block = &readme[at..];
+    let start = block.find("```toml\n").unwrap() + "```toml\n".len();
+    let toml = &block[start..start + block[start..].find("```").unwrap()];
+    let s = ExperimentSpec::from_toml(&format!("{HEAD}{toml}"), "README.md").unwrap();
+    let cells = s.resolve("flex").unwrap();
+    assert_eq!(cells[0].model.n_layers, 8);
+    let c = &cells[1].rl;
+    assert_eq!(c.rollout_staleness, 2);
+    assert_eq!(c.old_logp, driftlab::rl::OldLogp::Rollout);
+    assert_eq!(c.algorithm.kind(), AlgorithmKind::Gmpo);
+    assert_eq!(c.router_shift.as_ref().map(|r| r.floor), Some(0.8));
+}
