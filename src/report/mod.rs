@@ -6,6 +6,7 @@ pub mod figures;
 pub mod findings;
 pub mod load;
 pub mod markdown;
+pub mod paired;
 pub mod roles;
 pub mod run_info;
 pub mod stats;

@@ -1,23 +1,15 @@
-//! Statistics over seeds: means with 95% Student-t intervals, and the exact small-sample
-//! tests the findings use.
+//! Statistics over seeds: means with 95% Student-t intervals (critical values from `statrs`),
+//! and the exact small-sample tests the findings use.
 
 use serde::Serialize;
 
-/// Two-sided 95% Student-t critical value for `n` samples.
+/// Two-sided 95% Student-t critical value for `n` samples (n − 1 degrees of freedom), from
+/// `statrs`.
 fn t95(n: usize) -> f64 {
-    match n {
-        0 | 1 => f64::NAN,
-        2 => 12.706,
-        3 => 4.303,
-        4 => 3.182,
-        5 => 2.776,
-        6 => 2.571,
-        7 => 2.447,
-        8 => 2.365,
-        9 => 2.306,
-        10 => 2.262,
-        _ => 1.96,
+    if n < 2 {
+        return f64::NAN;
     }
+    super::paired::t_crit(0.05, n - 1)
 }
 
 /// Mean and 95% CI half-width over seeds.
@@ -92,7 +84,8 @@ pub fn pearson_ci(r: f64, n: usize) -> (f64, f64) {
     }
     let z = r.clamp(-0.999_999, 0.999_999).atanh();
     let se = 1.0 / ((n - 3) as f64).sqrt();
-    ((z - 1.96 * se).tanh(), (z + 1.96 * se).tanh())
+    let q = super::paired::z_quantile(0.975);
+    ((z - q * se).tanh(), (z + q * se).tanh())
 }
 
 #[cfg(test)]
@@ -108,9 +101,13 @@ mod tests {
 
     #[test]
     fn mean_ci_by_hand() {
-        // Values 1, 2, 3: mean 2, sd 1, t(0.975, 2) = 4.303, half-width 4.303 / sqrt(3).
+        // Values 1, 2, 3: mean 2, sd 1, t(0.975, 2) = 4.3027, half-width 4.3027 / sqrt(3).
         let m = mean_ci(&[1.0, f64::NAN, 2.0, 3.0]);
         assert_eq!((m.mean, m.n), (2.0, 3));
-        assert!((m.ci95 - 4.303 / 3f64.sqrt()).abs() < 1e-12);
+        assert!((m.ci95 - 4.302_653 / 3f64.sqrt()).abs() < 1e-5);
+        // Beyond 10 seeds the interval uses t, not 1.96: t(0.975, 14) = 2.1448.
+        let v: Vec<f64> = (0..15).map(f64::from).collect();
+        let sd = (v.iter().map(|x| (x - 7.0f64).powi(2)).sum::<f64>() / 14.0).sqrt();
+        assert!((mean_ci(&v).ci95 - 2.144_787 * sd / 15f64.sqrt()).abs() < 1e-5);
     }
 }
