@@ -34,7 +34,7 @@ fn batch(
     let b = PolicyBatch {
         logp: leaf.clone(),
         logp_old: vec![0.0; n],
-        logp_recompute: vec![0.0; n],
+        logp_tis: vec![0.0; n],
         logp_mu: vec![0.0; n],
         logp_ref,
         adv: adv.to_vec(),
@@ -137,15 +137,25 @@ fn k3_kl_term_by_hand() {
 #[test]
 fn tis_weights_by_hand() {
     let (mut b, _) = batch([1.0, 1.0], &[0.0, 0.0, 0.0], &[2, 1], None);
-    // TIS weighs the trainer's recompute against the engine, whatever π_old the ratio uses
-    // (with `old_logp = rollout`, `logp_old` is the engine's own `logp_mu`).
-    b.logp_recompute = vec![2f32.ln(), 0.5f32.ln(), 3f32.ln()];
-    b.logp_old = b.logp_mu.clone();
+    // TIS weighs π_old before any router shift (`logp_tis`) against the engine.
+    b.logp_tis = vec![2f32.ln(), 0.5f32.ln(), 3f32.ln()];
+    b.logp_old = b.logp_tis.clone();
     let w = b.tis_tok(2.0);
     assert!(close(w[0], 2.0, 1e-6) && close(w[1], 0.5, 1e-6) && close(w[2], 2.0, 1e-6));
     // Sequence level: geometric mean of response 0 is exp((ln2 + ln0.5)/2) = 1.
     let s = b.tis_seq(2.0);
     assert!(close(s[0], 1.0, 1e-6) && close(s[1], 2.0, 1e-6));
+    // π_old taken from the engine (`old_logp = rollout`): the ratio already corrects for it,
+    // and every TIS weight is 1.
+    let mut r = b.clone();
+    r.logp_old = r.logp_mu.clone();
+    r.logp_tis = r.logp_mu.clone();
+    assert!(
+        r.tis_tok(2.0)
+            .iter()
+            .chain(&r.tis_seq(2.0))
+            .all(|&w| w == 1.0)
+    );
     let (_, st) = policy_loss(
         &Algorithm::Grpo(GrpoConfig::default()),
         &b,
@@ -199,7 +209,7 @@ fn gspo_equals_grpo_when_every_response_has_length_one() {
         let b = PolicyBatch {
             logp: leaf.clone(),
             logp_old: vec![0.0; 4],
-            logp_recompute: vec![0.0; 4],
+            logp_tis: vec![0.0; 4],
             logp_mu: vec![0.0; 4],
             logp_ref: None,
             adv: vec![1.0, -1.0, 0.5, -0.5],
@@ -253,7 +263,7 @@ fn gspo_token_equals_gspo_in_value_and_gradient() {
             let b = PolicyBatch {
                 logp: leaf.clone(),
                 logp_old: vec![0.0; 6],
-                logp_recompute: vec![0.0; 6],
+                logp_tis: vec![0.0; 6],
                 logp_mu: vec![0.0; 6],
                 logp_ref: None,
                 adv: vec![1.0, -0.5, 0.7],
@@ -310,7 +320,7 @@ fn gvpo_gradient_at_old_policy_is_scaled_reinforce() {
     let b = PolicyBatch {
         logp: leaf.clone(),
         logp_old: logp_old.clone(),
-        logp_recompute: logp_old.clone(),
+        logp_tis: logp_old.clone(),
         logp_mu: logp_old.clone(),
         logp_ref: None,
         adv: vec![0.0; 6],
@@ -355,7 +365,7 @@ fn policy_batch(
     let at = |t: usize, a: f32, b: f32| a + b * ((t + tok0) as f32 * 0.7).sin();
     let n = logp.len();
     b.logp_old = (0..n).map(|t| logp[t] + at(t, 0.0, 0.15)).collect();
-    b.logp_recompute = b.logp_old.clone();
+    b.logp_tis = b.logp_old.clone();
     b.logp_mu = (0..n).map(|t| logp[t] + at(t, 0.05, 0.1)).collect();
     b.logp_ref = Some((0..n).map(|t| logp[t] + at(t, -0.1, 0.2)).collect());
     b.adv = advantages(rewards, 2, AdvantageMode::MeanStd);
@@ -413,7 +423,7 @@ fn micro_batch_losses_add_up_to_the_minibatch_loss_and_gradient() {
                 );
                 // The micro-batch sees the minibatch's own constants and advantages.
                 part.logp_old = full.logp_old[toks.clone()].to_vec();
-                part.logp_recompute = full.logp_recompute[toks.clone()].to_vec();
+                part.logp_tis = full.logp_tis[toks.clone()].to_vec();
                 part.logp_mu = full.logp_mu[toks.clone()].to_vec();
                 part.logp_ref = full.logp_ref.as_ref().map(|r| r[toks.clone()].to_vec());
                 part.adv = full.adv[resp].to_vec();
@@ -489,7 +499,6 @@ fn cispo_on_policy_gradient_is_token_mean_reinforce() {
     let mk = || {
         let (mut b, leaf) = policy_batch(&logp, &lens, &rewards, 0);
         b.logp_old = logp.clone();
-        b.logp_recompute = logp.clone();
         (b, leaf)
     };
     let (b, leaf) = mk();

@@ -101,19 +101,35 @@ fn stale_rollouts_are_the_snapshots_rollouts() {
         assert_eq!(out.logp_mu, want_logp, "step {s}");
         assert_eq!(out.rewards, want.rewards, "step {s}");
         assert_eq!(out.routes_rollout, want.generation.routes, "step {s}");
-        if s >= 1 {
-            let drift = driftlab::metrics::rows::mismatch_stats(&out).0;
-            assert!(
-                drift > 0.0,
-                "a stale behaviour policy is off the current one"
-            );
-        }
     }
-    // k = 0 samples with the current policy: the first step of both is the same.
-    let fresh = one_step(grpo(RoutingMode::Native), 11);
-    let mut cfg0 = grpo(RoutingMode::Native);
-    cfg0.rollout_staleness = 0;
-    assert_eq!(one_step(cfg0, 11).logp_mu, fresh.logp_mu);
+}
+
+/// Without a mismatch, the behaviour policy's KL to the current one is rounding at k = 0 and
+/// grows once the sampler lags (k = 2); both sample the same first batch.
+#[test]
+fn staleness_moves_the_behaviour_policy_off_the_current_one() {
+    let run = |k: usize| {
+        let mut cfg = grpo(RoutingMode::Native);
+        cfg.rollout_staleness = k;
+        cfg.optimizer.lr = 3e-3;
+        let mut t = trainer(cfg, 12);
+        (0..4).map(|_| t.step()).collect::<Vec<_>>()
+    };
+    let (fresh, stale) = (run(0), run(2));
+    assert_eq!(
+        fresh[0].logp_mu, stale[0].logp_mu,
+        "step 0 samples the cold start in both"
+    );
+    assert_ne!(fresh[2].logp_mu, stale[2].logp_mu);
+    let kl = |o: &StepOutput| driftlab::metrics::rows::mismatch_stats(o).0;
+    for s in 1..4 {
+        assert!(kl(&fresh[s]) < 1e-9, "k = 0, step {s}: {}", kl(&fresh[s]));
+        assert!(
+            kl(&stale[s]) > 1e3 * kl(&fresh[s]).max(1e-12),
+            "k = 2, step {s}: {}",
+            kl(&stale[s])
+        );
+    }
 }
 
 /// `minibatch_prompts` fixes the minibatch and lets N set the batch.
@@ -147,6 +163,7 @@ fn router_shift_runs_with_every_ratio_objective_and_routing_mode() {
     for kind in [
         AlgorithmKind::Grpo,
         AlgorithmKind::Gspo,
+        AlgorithmKind::GspoToken,
         AlgorithmKind::Gmpo,
         AlgorithmKind::Cispo,
     ] {
@@ -211,4 +228,59 @@ fn every_routing_mode_runs_with_every_engine_setting() {
             }
         }
     }
+}
+
+/// The update frame's router-shift columns: the mean of γ̃ and the share of tokens at the floor
+/// (γ̃ is stored as f32, so a floor such as 0.8 must compare as f32).
+#[test]
+fn router_shift_columns_count_the_floored_tokens() {
+    use driftlab::metrics::rows::{CellId, Shape, Val, update_row};
+    use driftlab::rl::RouterShiftConfig;
+    // The first floor (none is exact in f32) that binds for some tokens but not all.
+    let (floor, t, cfg, out) = [0.8, 0.9, 0.95, 0.99, 0.995, 0.999]
+        .into_iter()
+        .find_map(|floor| {
+            let mut cfg = grpo(RoutingMode::Native);
+            cfg.router_shift = Some(RouterShiftConfig { floor });
+            cfg.optimizer.lr = 3e-3;
+            let mut t = trainer(cfg.clone(), 4);
+            let out = t.step();
+            let g = out.updates[1].stats.router_shift.clone().unwrap();
+            let n = g.iter().filter(|&&x| x == floor as f32).count();
+            (n > 0 && n < g.len()).then_some((floor, t, cfg, out))
+        })
+        .expect("some floor binds for part of the tokens");
+    let u = &out.updates[1];
+    let g = u.stats.router_shift.clone().unwrap();
+    let at_floor = g.iter().filter(|&&x| x == floor as f32).count();
+    let id = CellId {
+        experiment: "x".into(),
+        regime: "r".into(),
+        arm: "a".into(),
+        algorithm: cfg.algorithm.kind(),
+        routing: cfg.routing,
+        ffn: driftlab::model::FfnKind::Moe,
+        old_logp: cfg.old_logp,
+        staleness: 0,
+        n_layers: t.model.cfg.n_layers,
+        router: t.model.cfg.router,
+        router_shift: Some(floor),
+        seed: 4,
+    };
+    let shape = Shape {
+        k: t.model.cfg.top_k,
+        n_experts: t.model.cfg.n_experts,
+        moe: true,
+    };
+    let row = update_row(&id, 0, u, shape);
+    let get = |name: &str| match row.iter().find(|(n, _)| *n == name).map(|(_, v)| v) {
+        Some(Val::F(Some(x))) => *x,
+        other => panic!("{name}: {other:?}"),
+    };
+    assert_eq!(
+        get("router_shift_floored"),
+        at_floor as f64 / g.len() as f64
+    );
+    let mean = g.iter().map(|&x| f64::from(x)).sum::<f64>() / g.len() as f64;
+    assert!((get("router_shift_mean") - mean).abs() < 1e-12);
 }

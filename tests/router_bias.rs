@@ -288,3 +288,52 @@ fn router_lr_mult_zero_freezes_the_router_bit_for_bit() {
     }
     assert!(trained > 0, "the other weights trained");
 }
+
+/// Knobs that would do nothing are errors, and a dense control of a sigmoid_bias spec is the
+/// plain dense model (same cold start as in a softmax spec).
+#[test]
+fn sigmoid_bias_settings_that_do_nothing_are_refused() {
+    use driftlab::experiment::ExperimentSpec;
+    let e = ModelConfig {
+        bias_update_speed: 0.01,
+        ..tiny_cfg()
+    }
+    .validate()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("bias_update_speed") && e.contains("sigmoid_bias"),
+        "{e}"
+    );
+    let mut rl = tiny_rl(Algorithm::Grpo(GrpoConfig::default()), RoutingMode::Native);
+    rl.drift_injection = Some(driftlab::rl::DriftInjection::TargetExpertFrac { target: 0.1 });
+    let cfg = ModelConfig {
+        router: RouterKind::SigmoidBias,
+        ..tiny_cfg()
+    };
+    let e = Trainer::new(rl, Model::init(cfg, 0, &flex()), short_sort(), 0)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("target_expert_frac") && e.contains("sigma"),
+        "{e}"
+    );
+    let spec = |router: &str| {
+        let text = format!(
+            "name = 'x'\ndescription = 'd'\nseeds = [0]\nsteps = 1\npreset = 'tiny'\n\
+             [model]\nrouter = '{router}'\n\
+             [[arms]]\nname = 'moe'\nalgorithm = {{ kind = 'grpo' }}\n\
+             [[arms]]\nname = 'dense'\nalgorithm = {{ kind = 'grpo' }}\nffn = 'dense'\n"
+        );
+        ExperimentSpec::from_toml(&text, "x.toml")
+            .unwrap()
+            .resolve("flex")
+            .unwrap()
+    };
+    let (sig, soft) = (spec("sigmoid_bias"), spec("softmax"));
+    assert_eq!(sig[0].model.router, RouterKind::SigmoidBias);
+    assert_eq!(sig[1].model.router, RouterKind::Softmax, "dense: no router");
+    assert_eq!(sig[1].coldstart_key(), soft[1].coldstart_key());
+    assert_ne!(sig[0].coldstart_key(), soft[0].coldstart_key());
+}

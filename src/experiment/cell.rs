@@ -5,14 +5,16 @@
 //! Precedence, later wins: the preset, the spec's `[model]`, the regime's `model`, the arm's
 //! `ffn` and `model`; the spec's `[rl]`, the regime's typed overrides and its `rl`, the arm's
 //! `rl`, then the arm's `algorithm` and `routing`. Model tables may spell `n_layers`,
-//! `n_experts` and `n_heads` as `layers`, `experts` and `heads`. `total_steps` is the spec's `steps`. A dense model has no router, so router-logit
-//! drift injection is switched off for it (its cells would repeat the natural ones).
+//! `n_experts` and `n_heads` as `layers`, `experts` and `heads`. `total_steps` is the spec's
+//! `steps`. A dense model has no router, so router-logit drift injection is switched off for
+//! it (its cells would repeat the natural ones), and its `router` settings are reset to the
+//! defaults (so it shares the cold start of a softmax spec's dense control).
 
 use super::spec::{ArmSpec, ExperimentSpec, RegimeSpec};
 use crate::coldstart::ColdStartConfig;
 use crate::metrics::collapse::CollapseConfig;
 use crate::metrics::rows::CellId;
-use crate::model::{ModelConfig, Preset};
+use crate::model::{ModelConfig, Preset, RouterKind};
 use crate::rl::RlConfig;
 use crate::task::{TaskConfig, Tokenizer};
 use anyhow::{Context, Result, anyhow};
@@ -141,8 +143,13 @@ impl ExperimentSpec {
             overlay(&preset, &model_keys(&self.model)?).context("key 'model'")?;
         m = overlay(&m, &model_keys(&regime.model)?).context("key 'model' of the regime")?;
         m.ffn = arm.ffn;
-        let m: ModelConfig =
+        let mut m: ModelConfig =
             overlay(&m, &model_keys(&arm.model)?).context("key 'model' of the arm")?;
+        if !m.is_moe() {
+            // No router: a dense control of a sigmoid_bias spec is the same dense model.
+            m.router = RouterKind::default();
+            m.bias_update_speed = crate::model::config::DEFAULT_BIAS_UPDATE_SPEED;
+        }
         m.validate()?;
         Ok(m)
     }

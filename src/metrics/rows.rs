@@ -172,7 +172,8 @@ pub fn update_row(id: &CellId, step: usize, u: &UpdateRecord, shape: Shape) -> R
 /// The router-shift columns of an update (null when the weighting is off).
 fn router_shift_cols(id: &CellId, st: &crate::rl::loss::LossStats) -> [(&'static str, Val); 2] {
     let shift = st.router_shift.as_deref().unwrap_or_default();
-    let floored = |floor: f64| shift.iter().filter(|&&g| f64::from(g) <= floor).count();
+    // γ̃ is stored as f32: compare with the floor as f32 (0.8 widens to 0.800000011920929).
+    let floored = |floor: f64| shift.iter().filter(|&&g| g <= floor as f32).count();
     [
         (
             "router_shift_mean",

@@ -52,7 +52,10 @@ pub const IDENTITY: &[Col] = &[
         "regime name (a named block of overrides; `default` when the spec names none)",
     ),
     s("arm", "arm name as the spec spells it"),
-    s("algorithm", "objective: grpo | gspo | gspo_token | gvpo"),
+    s(
+        "algorithm",
+        "objective: grpo | gspo | gspo_token | gvpo | cispo | gmpo",
+    ),
     s("routing", "routing mode: native | r2 | r3"),
     s("ffn", "feed-forward block: moe | dense"),
     s(

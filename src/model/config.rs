@@ -168,6 +168,14 @@ impl ModelConfig {
         if self.n_experts > u16::MAX as usize {
             bail!("model.n_experts = {} exceeds {}", self.n_experts, u16::MAX);
         }
+        if self.bias_update_speed != DEFAULT_BIAS_UPDATE_SPEED && !self.has_router_bias() {
+            bail!(
+                "model.bias_update_speed = {} applies to router = \"sigmoid_bias\" MoE layers only; this model has router = \"{}\" ({})",
+                self.bias_update_speed,
+                self.router,
+                self.ffn
+            );
+        }
         if !(self.bias_update_speed.is_finite() && self.bias_update_speed >= 0.0) {
             bail!(
                 "model.bias_update_speed = {} must be a finite number >= 0",

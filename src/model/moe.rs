@@ -20,7 +20,8 @@ pub const NO_ROUTE: u16 = u16::MAX;
 pub struct RoutingTrace {
     pub n_tokens: usize,
     pub k: usize,
-    /// Native top-k expert ids, `[tokens, k]` row-major, descending probability.
+    /// Native top-k expert ids, `[tokens, k]` row-major, by descending probability (softmax) or
+    /// affinity plus bias (sigmoid_bias).
     pub native: Vec<u16>,
     /// The ids that actually ran, `[tokens, k]` (equal to `native` unless forced).
     pub used: Vec<u16>,
@@ -33,8 +34,8 @@ pub struct RoutingTrace {
 pub struct LayerRouting<'a> {
     /// Expert ids to run, `[tokens, k]`; a token whose slots are all [`NO_ROUTE`] uses its native ids.
     pub forced: Option<&'a [u16]>,
-    /// Added to the router logits before the softmax, `[tokens, n_experts]` (drift injection,
-    /// rollout router noise).
+    /// Added to the router logits before the softmax (or the sigmoid), `[tokens, n_experts]`
+    /// (drift injection, rollout router noise).
     pub logit_offset: Option<Tensor<2>>,
     /// Added to the router logits for the top-k *choice* only, `[tokens, n_experts]` on the
     /// host: the gates stay those of the live router (rollout `route_flip` mismatch).
@@ -236,6 +237,11 @@ fn native_choice(
         }
         RouterKind::Softmax => shifted(),
         RouterKind::SigmoidBias => {
+            assert_eq!(
+                w.bias.len(),
+                e_n,
+                "a sigmoid_bias layer needs one bias per expert"
+            );
             let s = if routing.choice_offset.is_some() {
                 shifted()
                     .iter()

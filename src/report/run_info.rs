@@ -75,7 +75,11 @@ impl RunInfo {
             routing: c.rl.routing,
             ffn: c.model.ffn,
             default_knobs: c.rl.algorithm == Algorithm::default_of(c.rl.algorithm.kind())
-                && peers.iter().all(|p| same_knobs(&p.rl, &c.rl)),
+                && peers.iter().all(|p| same_knobs(&p.rl, &c.rl))
+                && peers
+                    .iter()
+                    .filter(|p| p.model.ffn == c.model.ffn)
+                    .all(|p| p.model == c.model),
         })
     }
 
@@ -100,6 +104,13 @@ impl RunInfo {
             .iter()
             .filter(|k| !v[**k].is_null())
             .map(|k| format!("`{k} = {}`", v[*k]))
+            .chain(["rl", "model"].iter().flat_map(|t| {
+                v[*t]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(move |(k, x)| format!("`{t}.{k} = {x}`"))
+            }))
             .collect();
             let arms = r.arms.as_ref().map_or("all".into(), |a| a.join(", "));
             let overrides = if overrides.is_empty() {

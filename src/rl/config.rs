@@ -34,8 +34,8 @@ crate::named_enum! {
         Recompute = "recompute",
         /// The log-probs the rollout engine recorded while sampling (frameworks that skip the
         /// recompute): under a rollout mismatch or staleness, minibatch 1 is *not* on-policy.
-        /// The trainer still runs its recompute for the routes R2 replays, the entropy, the
-        /// mismatch metrics and TIS.
+        /// The trainer still runs its recompute for the routes R2 replays, the entropy and the
+        /// mismatch metrics; TIS weights are then all 1 (see [`TisConfig`]).
         Rollout = "rollout",
     }
 }
@@ -71,9 +71,9 @@ pub enum AdvantageMode {
 }
 
 /// Truncated importance sampling against the rollout engine: multiply each token's loss by the
-/// detached `min(exp(logp_old − logp_mu), cap)`, `logp_old` being the trainer's recompute
-/// whatever `old_logp` says (with `old_logp = rollout` the ratio itself is already taken
-/// against the engine, and TIS adds the truncated trainer/engine factor on top).
+/// detached `min(exp(logp_old − logp_mu), cap)`, `logp_old` being the ratios' π_old (before
+/// any router shift). With `old_logp = rollout` that is the engine's own log-prob: the ratio
+/// already corrects for the engine and every TIS weight is 1 (as verl's bypass mode).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TisConfig {
@@ -138,13 +138,14 @@ pub struct RlConfig {
     /// Prompts per minibatch. When set, it fixes the minibatch and N sets the batch:
     /// `batch_prompts = minibatches × minibatch_prompts` (the N sweeps of arXiv 2512.01374).
     /// Unset (default), `batch_prompts` is fixed and N splits it. In a spec, whichever of the
-    /// two a later level sets wins.
+    /// two a later level sets wins; in code, [`RlConfig::with_sizes`] (which the trainer
+    /// applies) overwrites `batch_prompts`.
     pub minibatch_prompts: Option<usize>,
     /// Where π_old comes from (see [`OldLogp`]).
     pub old_logp: OldLogp,
     /// Asynchronous staleness k: the rollout batch of step s is sampled by the policy at the
     /// start of step s − k (the cold start for the first k steps); 0 = on-policy sampling.
-    /// Keeps k policy snapshots.
+    /// Keeps the policies of the last k + 1 step starts (none at k = 0).
     pub rollout_staleness: usize,
     /// Micro-batches per minibatch (at most; the largest divisor of the prompt groups per
     /// minibatch not above it is used). Each micro-batch of whole prompt groups runs its own
@@ -232,14 +233,6 @@ impl RlConfig {
         self.optimizer.validate()?;
         if let Some(m) = self.minibatch_prompts {
             ensure!(m >= 1, "minibatch_prompts must be at least 1");
-            ensure!(
-                self.batch_prompts == m * self.minibatches,
-                "batch_prompts = {} but minibatch_prompts × minibatches = {} × {}: with \
-                 minibatch_prompts set, the batch is derived from it",
-                self.batch_prompts,
-                m,
-                self.minibatches
-            );
         }
         ensure!(
             self.rollout_staleness <= 1000,

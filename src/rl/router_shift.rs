@@ -4,7 +4,8 @@
 //! position that predicts t, `d_l(t) = (1/k) Σ_e |ln p_θ,l(e) − ln p_old,l(e)|`, `p` being the
 //! router distributions of the update forward and of π_old's pass. Over the L MoE layers,
 //! `γ_t = exp(−(1/L) Σ_l d_l(t))` (the geometric mean of the per-layer `exp(−d_l)`), in
-//! (0, 1]; `γ̃_t = sg(max(γ_t, floor))`. The token ratio is rescaled before clipping,
+//! (0, 1]; `γ̃_t = sg(max(γ_t, floor))`. θ_old is π_old's recompute at the start of the step,
+//! also under `rollout_staleness` (the shift does not see how the sampler's routing lagged). The token ratio is rescaled before clipping,
 //! `w̃_t = w_t · γ̃_t`, i.e. `ln π_old` is raised by `−ln γ̃_t`, so every ratio-based objective
 //! (grpo, gspo, gspo_token, gmpo, cispo) applies it through its own ratio; a token whose
 //! routing moved since π_old gets less weight. A dense model has no router: γ = 1.

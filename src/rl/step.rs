@@ -53,8 +53,9 @@ pub struct UpdateRecord {
     pub probs_after: Vec<Vec<f32>>,
     /// Real (non-padding) tokens of the minibatch layout.
     pub valid: Vec<bool>,
-    /// Per response token of the minibatch: log π_old, rollout engine, reference (log π_θ before
-    /// the step is `stats.logp`).
+    /// Per response token of the minibatch: log π_old from the trainer's recompute (also with
+    /// `old_logp = rollout`, where the ratios use `logp_mu`), rollout engine, reference (log π_θ
+    /// before the step is `stats.logp`).
     pub logp_old: Vec<f32>,
     pub logp_mu: Vec<f32>,
     pub logp_ref: Vec<f32>,
@@ -116,6 +117,17 @@ impl Trainer {
     pub fn new(cfg: RlConfig, model: Model, task: Task, seed: u64) -> Result<Self> {
         let cfg = cfg.with_sizes();
         cfg.validate()?;
+        if model.cfg.has_router_bias()
+            && matches!(
+                cfg.drift_injection,
+                Some(DriftInjection::TargetExpertFrac { .. })
+            )
+        {
+            bail!(
+                "drift_injection target_expert_frac calibrates σ on a softmax router's \
+                 distribution; with router = sigmoid_bias give the walk's sigma instead"
+            );
+        }
         let need = task.cfg.max_prompt_tokens() + task.cfg.max_answer_tokens();
         if need > model.cfg.max_seq_len {
             bail!(
@@ -210,7 +222,7 @@ impl Trainer {
             if let Some(w) = walk.as_mut() {
                 w.advance();
             }
-            rec.t_update = t_up.elapsed().as_secs_f64();
+            rec.t_update = t_up.elapsed().as_secs_f64() - rec.t_probe;
             self.probe(&b, m, walk.as_ref(), &mut rec);
             updates.push(rec);
         }
@@ -297,9 +309,8 @@ impl Trainer {
         let out = train.forward(&mc.batch, &self.routing(forced, offsets));
         let rows_idx = ints(&mc.logit_rows, [mc.logit_rows.len()], &device);
         let logp = token_logp(out.logits.select(0, rows_idx), &mc.targets, cfg.temperature);
-        let logp_recompute = old.logp[mc.tokens.clone()].to_vec();
         let mut logp_old = match cfg.old_logp {
-            OldLogp::Recompute => logp_recompute.clone(),
+            OldLogp::Recompute => old.logp[mc.tokens.clone()].to_vec(),
             OldLogp::Rollout => b.logp_mu[mc.tokens.clone()].to_vec(),
         };
         let shift = cfg.router_shift.as_ref().map(|rs| {
@@ -312,13 +323,14 @@ impl Trainer {
             let o = &old.passes[i];
             router_shift(&now, &o.probs, &o.used, &mc.logit_rows, (e_n, k), rs.floor)
         });
+        let logp_tis = logp_old.clone();
         if let Some(g) = &shift {
             logp_old = shifted_old_logp(&logp_old, g);
         }
         let pb = PolicyBatch {
             logp,
             logp_old,
-            logp_recompute,
+            logp_tis,
             logp_mu: b.logp_mu[mc.tokens.clone()].to_vec(),
             logp_ref: old.passes[i].logp_ref.clone(),
             adv: adv[mc.rows.clone()].to_vec(),
@@ -386,7 +398,9 @@ impl Trainer {
             }
             None => (f32::NAN, false, Some("non-finite loss".to_string())),
         };
-        let routes_bias_only = self.bias_probe(b, m, walk, before);
+        let t_bias = Instant::now();
+        let routes_bias_only = self.bias_probe(b, m, walk, before.filter(|_| applied));
+        let t_bias = t_bias.elapsed().as_secs_f64();
         let mb = &b.mbs[m];
         let logp_ref = old.passes[m * n..(m + 1) * n]
             .iter()
@@ -417,7 +431,8 @@ impl Trainer {
             adv: adv[mb.rows.clone()].to_vec(),
             lens: mb.lens.clone(),
             t_update: 0.0,
-            t_probe: 0.0,
+            // The bias-only probe's time; the drift probe adds its own.
+            t_probe: t_bias,
         }
     }
 
@@ -463,6 +478,6 @@ impl Trainer {
         let n_layers = self.model.cfg.n_layers;
         rec.routes_after = concat_layers(probed.iter().map(|p| &p.0), n_layers);
         rec.probs_after = concat_layers(probed.iter().map(|p| &p.1), n_layers);
-        rec.t_probe = started.elapsed().as_secs_f64();
+        rec.t_probe += started.elapsed().as_secs_f64();
     }
 }

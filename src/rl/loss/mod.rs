@@ -12,15 +12,17 @@ use burn::tensor::{Device, Tensor};
 
 /// The response tokens of one minibatch, flattened: `n_tok` tokens in `R` responses that form
 /// consecutive groups of `group_size`.
+#[derive(Clone)]
 pub struct PolicyBatch {
     /// log π_θ of each response token, with graph, `[n_tok]`.
     pub logp: Tensor<1>,
     /// log π_θold, the ratios' denominator, `[n_tok]`: the trainer's recompute before the first
     /// update of this rollout batch, or the rollout engine's log-probs with `old_logp = rollout`.
     pub logp_old: Vec<f32>,
-    /// log π_θold from the trainer's recompute (TIS's numerator), `[n_tok]`; equal to
-    /// `logp_old` unless `old_logp = rollout`.
-    pub logp_recompute: Vec<f32>,
+    /// TIS's numerator, `[n_tok]`: the ratios' π_old before any router shift. With
+    /// `old_logp = rollout` it is `logp_mu`, so every TIS weight is 1 (the ratio already
+    /// corrects for the engine, as verl's bypass mode).
+    pub logp_tis: Vec<f32>,
     /// Log-probs the rollout engine recorded, `[n_tok]`.
     pub logp_mu: Vec<f32>,
     /// Frozen reference model, `[n_tok]`, when a KL term needs it.
@@ -129,19 +131,19 @@ impl PolicyBatch {
             .collect();
         (tok, seq)
     }
-    /// Token-level TIS weights `min(exp(logp_recompute − logp_mu), cap)`.
+    /// Token-level TIS weights `min(exp(logp_tis − logp_mu), cap)`.
     pub fn tis_tok(&self, cap: f64) -> Vec<f32> {
-        self.logp_recompute
+        self.logp_tis
             .iter()
             .zip(&self.logp_mu)
             .map(|(o, m)| (o - m).exp().min(cap as f32))
             .collect()
     }
-    /// Sequence-level TIS weights `min(exp(mean_t (logp_recompute − logp_mu)), cap)`: length
+    /// Sequence-level TIS weights `min(exp(mean_t (logp_tis − logp_mu)), cap)`: length
     /// normalised like the sequence ratio of GSPO, used by the sequence-level objectives.
     pub fn tis_seq(&self, cap: f64) -> Vec<f32> {
         let mut sum = vec![0f64; self.n_resp()];
-        for (t, (o, m)) in self.logp_recompute.iter().zip(&self.logp_mu).enumerate() {
+        for (t, (o, m)) in self.logp_tis.iter().zip(&self.logp_mu).enumerate() {
             sum[self.seg[t]] += f64::from(o - m);
         }
         sum.iter()
