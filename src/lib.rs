@@ -9,6 +9,7 @@ pub mod experiment;
 pub mod fastmath;
 pub mod generate;
 pub mod hash;
+pub mod host;
 pub mod io;
 pub mod learn;
 pub mod metrics;

@@ -228,6 +228,15 @@ fn config_json_records_every_cells_resolved_config() {
     }
     assert_eq!(cells[8].rl.algorithm.kind(), AlgorithmKind::Grpo);
     assert_eq!(cells[8].model.ffn, FfnKind::Dense);
+    // The machine, so a reader can tell whether bits should match theirs.
+    let host: driftlab::host::Host = serde_json::from_value(v["host"].clone()).unwrap();
+    assert_eq!(
+        host,
+        driftlab::host::Host {
+            threads: host.threads,
+            ..driftlab::host::Host::detect()
+        }
+    );
     let _ = std::fs::remove_dir_all(&out);
 }
 

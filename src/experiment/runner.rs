@@ -80,6 +80,8 @@ struct RunConfig<'a> {
     crate_version: &'static str,
     git_commit: Option<String>,
     device: &'a str,
+    /// CPU model and kernel-relevant features (see [`crate::host`]).
+    host: crate::host::Host,
     start_unix: u64,
 }
 
@@ -125,6 +127,7 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
         crate_version: env!("CARGO_PKG_VERSION"),
         git_commit: git_commit(),
         device: &opts.device_name,
+        host: crate::host::Host::detect(),
         start_unix,
     };
     write_json(&opts.out.join("config.json"), &cfg)
