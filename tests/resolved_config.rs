@@ -302,3 +302,54 @@ fn the_readme_engine_settings_example_resolves() {
     assert_eq!(c.algorithm.kind(), AlgorithmKind::Gmpo);
     assert_eq!(c.router_shift.as_ref().map(|r| r.floor), Some(0.8));
 }
+
+/// Two arms with identical frames are reported once: listed together under "Identical arms",
+/// and the pooled drift finding counts them as one arm.
+#[test]
+fn identical_arms_are_merged_in_the_report() {
+    let spec = tiny_spec(OTHER_NAMES);
+    let out = run(&spec, "twins");
+    let distinct = |md: &str| -> String {
+        let at = md.find("mean over the ").expect("pooled drift line") + "mean over the ".len();
+        md[at..].split_whitespace().next().unwrap().to_string()
+    };
+    driftlab::report::write_report(&out).unwrap();
+    let md0 = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for frame in driftlab::metrics::schema::frames() {
+        let path = out.join(frame.file_name());
+        let df = read_parquet(&path).unwrap();
+        let twin = df
+            .clone()
+            .lazy()
+            .filter(col("arm").eq(lit("baseline")))
+            .with_column(lit("twin").alias("arm"))
+            .collect()
+            .unwrap();
+        let mut all = df.vstack(&twin).unwrap();
+        write_parquet(&mut all, &path).unwrap();
+    }
+    driftlab::report::write_report(&out).unwrap();
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let groups = driftlab::report::identical::identical_groups(
+        &read_parquet(&out.join("steps.parquet")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        groups
+            .iter()
+            .any(|g| g.contains(&"baseline".to_string()) && g.contains(&"twin".to_string())),
+        "{groups:?}"
+    );
+    let section = &md[md.find("## Identical arms").expect("listed")..];
+    let line = section
+        .lines()
+        .find(|l| l.contains("`twin`"))
+        .expect("the twin is listed");
+    assert!(line.contains("`baseline`"), "{line}");
+    assert_eq!(
+        distinct(&md),
+        distinct(&md0),
+        "the twin is not counted again"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}

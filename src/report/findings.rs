@@ -75,6 +75,9 @@ struct Regime {
     name: String,
     arms: Arms,
     frames: RunFrames,
+    /// Arms that ran identical trajectories ([`super::identical`]); pooled findings count each
+    /// group once.
+    same: Vec<Vec<String>>,
 }
 
 /// (a): the share of activated experts that change per update.
@@ -84,6 +87,7 @@ fn drift_share(md: &mut String, r: &Regime) -> Result<()> {
         .arms
         .iter()
         .filter(|(a, id)| id.ffn == FfnKind::Moe && a.drift_expert_frac.mean.is_finite())
+        .filter(|(a, _)| !super::identical::is_repeat(&r.same, &a.name))
         .map(|(a, _)| a)
         .collect();
     let all = mean_ci(
@@ -99,7 +103,7 @@ fn drift_share(md: &mut String, r: &Regime) -> Result<()> {
         });
     writeln!(
         md,
-        "- {}: {g} per update; mean over the {} MoE arms {} ({:.2}% of activated experts). {}",
+        "- {}: {g} per update; mean over the {} distinct MoE arms {} ({:.2}% of activated experts). {}",
         r.name,
         moe.len(),
         ci(&all),
@@ -324,6 +328,7 @@ pub fn findings(f: &RunFrames, info: &RunInfo) -> Result<String> {
         per.push(Regime {
             name: format!("regime `{r}`"),
             arms: Arms::new(summarize(&frames)?, info),
+            same: super::identical::identical_groups(&frames.steps)?,
             frames,
         });
     }

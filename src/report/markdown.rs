@@ -73,6 +73,36 @@ fn summary_table(md: &mut String, sums: &[ArmSummary]) -> Result<()> {
     Ok(())
 }
 
+/// Arms that ran identical trajectories, per regime (see [`super::identical`]).
+fn identical_arms(md: &mut String, f: &RunFrames) -> Result<()> {
+    let mut lines = Vec::new();
+    for r in super::load::regimes(&f.steps) {
+        let steps = f.regime(&r)?.steps;
+        for g in super::identical::identical_groups(&steps)? {
+            let names: Vec<String> = g.iter().map(|a| format!("`{a}`")).collect();
+            lines.push(format!("- regime `{r}`: {}", names.join(" = ")));
+        }
+    }
+    if lines.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        md,
+        "## Identical arms
+"
+    )?;
+    writeln!(
+        md,
+        "These arms sampled the same responses at every step of every seed (bitwise-equal rewards, accuracies and lengths), so they trained on the same data and differ by rounding only; they are one piece of evidence, and findings that pool arms count each group once.
+"
+    )?;
+    for l in lines {
+        writeln!(md, "{l}")?;
+    }
+    writeln!(md)?;
+    Ok(())
+}
+
 fn events_table(md: &mut String, f: &RunFrames, sums: &[ArmSummary]) -> Result<()> {
     writeln!(md, "## Collapse events\n")?;
     if f.events.height() == 0 {
@@ -114,6 +144,7 @@ pub fn report(
     )?;
     md.push_str(&info.regimes_table());
     summary_table(&mut md, sums)?;
+    identical_arms(&mut md, f)?;
     events_table(&mut md, f, sums)?;
     md.push_str(&findings(f, info)?);
     writeln!(md)?;

@@ -4,6 +4,7 @@
 pub mod charts;
 pub mod figures;
 pub mod findings;
+pub mod identical;
 pub mod load;
 pub mod markdown;
 pub mod paired;
