@@ -61,14 +61,8 @@ fn forcing_other_ids_changes_output_and_still_reports_native() {
 fn hand_layer(norm_topk: bool) -> (ModelConfig, MoeWeights, Tensor<2>) {
     let device = flex();
     let cfg = ModelConfig {
-        n_layers: 1,
-        d_model: 2,
-        n_heads: 1,
-        n_experts: 3,
-        top_k: 2,
-        d_ff: 2,
         norm_topk,
-        ..tiny_cfg()
+        ..hand_cfg()
     };
     let (l2, l3) = (2f32.ln(), 3f32.ln());
     let router = floats(vec![0.0, l2, l3, l3, 0.0, 0.0], [2, 3], &device);

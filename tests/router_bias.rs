@@ -19,14 +19,8 @@ fn sig(z: f32) -> f32 {
 fn layer(bias: Vec<f32>) -> (ModelConfig, MoeWeights, Tensor<2>) {
     let device = flex();
     let cfg = ModelConfig {
-        n_layers: 1,
-        d_model: 2,
-        n_heads: 1,
-        n_experts: 3,
-        top_k: 2,
-        d_ff: 2,
         router: RouterKind::SigmoidBias,
-        ..tiny_cfg()
+        ..hand_cfg()
     };
     let router = floats(vec![0.0, 1.0, -1.0, 1.0, 0.0, 0.0], [2, 3], &device);
     let experts = (0..3)

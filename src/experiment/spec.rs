@@ -183,26 +183,22 @@ fn check_key_levels(doc: &toml::Table) -> Result<()> {
         }
         Ok(())
     };
+    let entries = |key: &str| -> &[toml::Value] {
+        doc.get(key)
+            .and_then(|v| v.as_array())
+            .map_or(&[], Vec::as_slice)
+    };
+    let (regimes, arms) = (entries("regimes"), entries("arms"));
     let root = toml::Value::Table(doc.clone());
     owned(Some(&root), "", ARM_OWNED)?;
     owned(doc.get("rl"), "rl.", ARM_OWNED)?;
     owned(doc.get("model"), "model.", ARM_OWNED)?;
-    for r in doc
-        .get("regimes")
-        .and_then(|v| v.as_array())
-        .into_iter()
-        .flatten()
-    {
+    for r in regimes {
         owned(Some(r), "regimes.", ARM_OWNED)?;
         owned(r.get("rl"), "regimes.rl.", ARM_OWNED)?;
         owned(r.get("model"), "regimes.model.", ARM_OWNED)?;
     }
-    for a in doc
-        .get("arms")
-        .and_then(|v| v.as_array())
-        .into_iter()
-        .flatten()
-    {
+    for a in arms {
         let name = a.get("name").and_then(|n| n.as_str()).unwrap_or("?");
         for (table, key) in [("rl", "algorithm"), ("rl", "routing"), ("model", "ffn")] {
             if a.get(table).and_then(|t| t.get(key)).is_some() {
@@ -210,36 +206,22 @@ fn check_key_levels(doc: &toml::Table) -> Result<()> {
             }
         }
     }
-    let both = |t: Option<&toml::Value>| {
-        t.is_some_and(|t| t.get("batch_prompts").is_some() && t.get("minibatch_prompts").is_some())
-    };
-    let arms = doc.get("arms").and_then(|v| v.as_array());
-    let tables = std::iter::once(doc.get("rl"))
-        .chain(
-            doc.get("regimes")
-                .and_then(|v| v.as_array())
-                .into_iter()
-                .flatten()
-                .map(|r| r.get("rl")),
-        )
-        .chain(arms.into_iter().flatten().map(|a| a.get("rl")));
-    if tables.into_iter().any(both) {
+    // Every `rl` table of the spec: `[rl]`, each regime's, each arm's.
+    let rl_tables: Vec<&toml::Value> = std::iter::once(doc.get("rl"))
+        .chain(regimes.iter().map(|r| r.get("rl")))
+        .chain(arms.iter().map(|a| a.get("rl")))
+        .flatten()
+        .collect();
+    if rl_tables
+        .iter()
+        .any(|t| t.get("batch_prompts").is_some() && t.get("minibatch_prompts").is_some())
+    {
         bail!(
             "keys 'batch_prompts' and 'minibatch_prompts' in one table: give one (fix the batch and let \
              minibatches split it, or fix the minibatch and let minibatches set the batch)"
         );
     }
-    let steps_in = |t: Option<&toml::Value>| t.and_then(|t| t.get("total_steps")).is_some();
-    let regimes = doc.get("regimes").and_then(|v| v.as_array());
-    if steps_in(doc.get("rl"))
-        || regimes.into_iter().flatten().any(|r| steps_in(r.get("rl")))
-        || doc
-            .get("arms")
-            .and_then(|v| v.as_array())
-            .into_iter()
-            .flatten()
-            .any(|a| steps_in(a.get("rl")))
-    {
+    if rl_tables.iter().any(|t| t.get("total_steps").is_some()) {
         bail!("key 'rl.total_steps' is derived from the top-level `steps`; set `steps` instead");
     }
     Ok(())

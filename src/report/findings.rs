@@ -80,6 +80,12 @@ struct Regime {
     same: Vec<Vec<String>>,
 }
 
+/// The line of a claim whose arms this regime does not have: `needs` says which.
+fn not_measured(md: &mut String, r: &Regime, needs: &str) -> Result<()> {
+    writeln!(md, "- {}: not measured (needs {needs}).", r.name)?;
+    Ok(())
+}
+
 /// (a): the share of activated experts that change per update.
 fn drift_share(md: &mut String, r: &Regime) -> Result<()> {
     let moe: Vec<&ArmSummary> = r
@@ -125,12 +131,7 @@ fn replay_stability(md: &mut String, r: &Regime) -> Result<()> {
         a.grpo(RoutingMode::R2),
         a.grpo(RoutingMode::R3),
     ) else {
-        writeln!(
-            md,
-            "- {}: not measured (needs GRPO arms with native, r2 and r3 routing).",
-            r.name
-        )?;
-        return Ok(());
+        return not_measured(md, r, "GRPO arms with native, r2 and r3 routing");
     };
     let worse = below(&g.final_reward, &r2.final_reward)
         || below(&g.final_reward, &r3.final_reward)
@@ -170,12 +171,7 @@ fn replay_stability(md: &mut String, r: &Regime) -> Result<()> {
 /// (c): GSPO without replay, its stability.
 fn gspo_stable(md: &mut String, r: &Regime) -> Result<()> {
     let (Some(g), Some(r2)) = (r.arms.gspo(), r.arms.grpo(RoutingMode::R2)) else {
-        writeln!(
-            md,
-            "- {}: not measured (needs a GSPO arm and a GRPO arm with r2 routing).",
-            r.name
-        )?;
-        return Ok(());
+        return not_measured(md, r, "a GSPO arm and a GRPO arm with r2 routing");
     };
     let stable = collapses(g) == 0 && !below(&g.final_reward, &r2.final_reward);
     writeln!(
@@ -200,12 +196,7 @@ fn gspo_stable(md: &mut String, r: &Regime) -> Result<()> {
 /// (d): GSPO's clipping against GRPO's.
 fn gspo_clips(md: &mut String, r: &Regime) -> Result<()> {
     let (Some(g), Some(p)) = (r.arms.gspo(), r.arms.grpo(RoutingMode::Native)) else {
-        writeln!(
-            md,
-            "- {}: not measured (needs a GSPO arm and a GRPO arm with native routing).",
-            r.name
-        )?;
-        return Ok(());
+        return not_measured(md, r, "a GSPO arm and a GRPO arm with native routing");
     };
     let x = g.clip_frac_tok.mean / p.clip_frac_tok.mean.max(1e-12);
     writeln!(
@@ -261,12 +252,7 @@ fn ratio_variance(md: &mut String, r: &Regime) -> Result<()> {
 /// (f): train–inference mismatch, MoE against dense and native against R3.
 fn mismatch(md: &mut String, r: &Regime) -> Result<()> {
     let Some(m) = r.arms.grpo(RoutingMode::Native) else {
-        writeln!(
-            md,
-            "- {}: not measured (needs a GRPO arm with native routing).",
-            r.name
-        )?;
-        return Ok(());
+        return not_measured(md, r, "a GRPO arm with native routing");
     };
     let kl = seed_means(&r.frames.steps, "mismatch_kl_k3")?;
     let seeds = |a: &ArmSummary| -> Vec<f64> {

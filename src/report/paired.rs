@@ -8,6 +8,7 @@
 use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand_distr::{Distribution, Uniform};
+use super::stats::{MeanCi, mean_ci};
 use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
@@ -80,13 +81,8 @@ pub fn paired(a: &[f64], b: &[f64], scale: Scale) -> Option<Paired> {
     if n == 0 {
         return None;
     }
-    let m = mean(&diffs);
-    let (s, half) = if n >= 2 {
-        let s = sd(&diffs);
-        (s, t_crit(0.05, n - 1) * s / (n as f64).sqrt())
-    } else {
-        (f64::NAN, f64::NAN)
-    };
+    let MeanCi { mean: m, ci95: half, .. } = mean_ci(&diffs);
+    let s = if n >= 2 { sd(&diffs) } else { f64::NAN };
     Some(Paired {
         scale,
         n,

@@ -313,15 +313,19 @@ impl Trainer {
             OldLogp::Recompute => old.logp[mc.tokens.clone()].to_vec(),
             OldLogp::Rollout => b.logp_mu[mc.tokens.clone()].to_vec(),
         };
+        let routes_used = out.traces.iter().map(|t| t.used.clone()).collect();
+        let (routes_before, probs_before) = native_and_probs(out.traces);
         let shift = cfg.router_shift.as_ref().map(|rs| {
-            let now: Vec<Vec<f32>> = out
-                .traces
-                .iter()
-                .map(|t| t.probs.clone().unwrap_or_default())
-                .collect();
             let (e_n, k) = (self.model.cfg.n_experts, self.model.cfg.top_k);
             let o = &old.passes[i];
-            router_shift(&now, &o.probs, &o.used, &mc.logit_rows, (e_n, k), rs.floor)
+            router_shift(
+                &probs_before,
+                &o.probs,
+                &o.used,
+                &mc.logit_rows,
+                (e_n, k),
+                rs.floor,
+            )
         });
         let logp_tis = logp_old.clone();
         if let Some(g) = &shift {
@@ -347,8 +351,6 @@ impl Trainer {
         let share = micro_share(&cfg.algorithm, &pb, mb.rows.len(), mb.tokens.len());
         let real = |v: &[bool]| v.iter().filter(|&&x| x).count();
         let active_share = real(&mc.batch.valid) as f32 / real(&mb.batch.valid).max(1) as f32;
-        let routes_used = out.traces.iter().map(|t| t.used.clone()).collect();
-        let (routes_before, probs_before) = native_and_probs(out.traces);
         MicroForward {
             stats,
             share,
@@ -449,16 +451,32 @@ impl Trainer {
             return Vec::new();
         };
         before.weights = before.weights.with_router_bias_of(&self.model.weights);
-        let device = self.model.device();
-        let routes: Vec<Vec<Vec<u16>>> = par_map(b.n_micro, |j| {
+        // The update forward's offsets: the walk as it stood before this step.
+        self.probe_pass(&before, b, m, walk.filter(|w| w.steps > 0))
+            .0
+    }
+
+    /// Native routes and router distributions of `model` (no graph) on minibatch `m`'s
+    /// micro-batches, joined per layer, with `walk`'s router-logit offsets when given.
+    fn probe_pass(
+        &self,
+        model: &Model,
+        b: &Batch,
+        m: usize,
+        walk: Option<&DriftWalk>,
+    ) -> LayerRoutes {
+        let device = model.device();
+        let probed: Vec<LayerRoutes> = par_map(b.n_micro, |j| {
             let mc = &b.micros[m * b.n_micro + j];
-            let offsets = walk
-                .filter(|w| w.steps > 0)
-                .map(|w| w.offsets(b.token_range(mc), &device));
-            let o = before.forward(&mc.batch, &self.routing(None, offsets));
-            o.traces.into_iter().map(|t| t.native).collect()
+            let offsets = walk.map(|w| w.offsets(b.token_range(mc), &device));
+            let o = model.forward(&mc.batch, &self.routing(None, offsets));
+            native_and_probs(o.traces)
         });
-        concat_layers(routes.iter(), self.model.cfg.n_layers)
+        let n_layers = model.cfg.n_layers;
+        (
+            concat_layers(probed.iter().map(|p| &p.0), n_layers),
+            concat_layers(probed.iter().map(|p| &p.1), n_layers),
+        )
     }
 
     /// Drift probe: the updated policy on the same micro-batches, native routes, no graph, with
@@ -468,16 +486,7 @@ impl Trainer {
             return;
         }
         let started = Instant::now();
-        let device = self.model.device();
-        let probed: Vec<LayerRoutes> = par_map(b.n_micro, |j| {
-            let mc = &b.micros[m * b.n_micro + j];
-            let offsets = walk.map(|w| w.offsets(b.token_range(mc), &device));
-            let o = self.model.forward(&mc.batch, &self.routing(None, offsets));
-            native_and_probs(o.traces)
-        });
-        let n_layers = self.model.cfg.n_layers;
-        rec.routes_after = concat_layers(probed.iter().map(|p| &p.0), n_layers);
-        rec.probs_after = concat_layers(probed.iter().map(|p| &p.1), n_layers);
+        (rec.routes_after, rec.probs_after) = self.probe_pass(&self.model, b, m, walk);
         rec.t_probe += started.elapsed().as_secs_f64();
     }
 }

@@ -18,6 +18,19 @@ pub fn tiny_cfg() -> ModelConfig {
     ModelConfig::preset(driftlab::model::Preset::Tiny, Tokenizer.vocab_size()).expect("tiny preset")
 }
 
+/// One MoE layer small enough to compute by hand: d 2, one head, 3 experts, top-2, d_ff 2.
+pub fn hand_cfg() -> ModelConfig {
+    ModelConfig {
+        n_layers: 1,
+        d_model: 2,
+        n_heads: 1,
+        n_experts: 3,
+        top_k: 2,
+        d_ff: 2,
+        ..tiny_cfg()
+    }
+}
+
 pub fn tiny_model(seed: u64) -> Model {
     Model::init(tiny_cfg(), seed, &flex())
 }
