@@ -131,4 +131,8 @@ pub struct ExperimentArgs {
     /// Cache directory of cold starts.
     #[arg(long, default_value = DEFAULT_CACHE_DIR)]
     pub cache_dir: PathBuf,
+    /// A last-bit draw: move every initial weight of the cold starts by one ulp (pattern
+    /// seeded by this number) to see which verdicts survive rounding-level changes.
+    #[arg(long)]
+    pub ulp_jitter: Option<u64>,
 }

@@ -10,8 +10,8 @@ use crate::task::{EOS, Problem, Task, TaskConfig};
 use anyhow::{Context, Result};
 use burn::tensor::Device;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
-use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
+use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -36,6 +36,12 @@ pub struct ColdStartConfig {
     pub eval_every: usize,
     /// Load-balancing loss coefficient during the cold start.
     pub aux_coef: f64,
+    /// A last-bit draw: before training, every initial weight moves by one ulp up or down
+    /// (a seeded pattern per draw). Rounding-level changes of the numerics (a new kernel, a
+    /// new CPU) act like this; rerunning an experiment with a draw shows which verdicts
+    /// survive them. Off (absent from the cache key) by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ulp_jitter: Option<u64>,
 }
 
 impl Default for ColdStartConfig {
@@ -48,6 +54,7 @@ impl Default for ColdStartConfig {
             target_accuracy: 0.3,
             eval_every: 50,
             aux_coef: 1e-2,
+            ulp_jitter: None,
         }
     }
 }
@@ -186,6 +193,16 @@ pub fn sft_loss(
     (nll + out.aux_loss * aux_coef as f32, counts)
 }
 
+/// `x` moved by one unit in the last place, away from zero when `up` (zeros and non-finite
+/// values stay).
+pub fn ulp_step(x: f32, up: bool) -> f32 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let b = x.to_bits();
+    f32::from_bits(if up { b + 1 } else { b - 1 })
+}
+
 /// Train from scratch (no cache).
 pub fn train(
     model_cfg: &ModelConfig,
@@ -198,6 +215,18 @@ pub fn train(
     cs.validate()?;
     let started = Instant::now();
     let mut model = Model::init(model_cfg.clone(), derive_seed(seed, "init"), device);
+    if let Some(draw) = cs.ulp_jitter {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(derive_seed(seed, &format!("ulp/{draw}")));
+        model.weights = model.weights.map(|t| {
+            let shape = t.shape().dims::<2>();
+            let dev = t.device();
+            let v = crate::tensors::to_vec(t.inner())
+                .into_iter()
+                .map(|x| ulp_step(x, rng.random()))
+                .collect();
+            crate::tensors::floats(v, shape, &dev)
+        });
+    }
     let opt_cfg = AdamWConfig {
         lr: cs.lr,
         weight_decay: 0.0,
@@ -318,4 +347,37 @@ pub fn load_or_train(
     write_json(&meta_path, &meta)?;
     write_atomic(&path, &cs_out.model.weights.to_bytes())?;
     Ok(cs_out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_ulp_moves_to_the_neighbouring_float() {
+        assert_eq!(ulp_step(1.0, true), 1.0 + f32::EPSILON);
+        assert_eq!(ulp_step(1.0, false), 1.0 - f32::EPSILON / 2.0);
+        assert_eq!(ulp_step(-2.0, true), -2.0 - 2.0 * f32::EPSILON);
+        assert_eq!(ulp_step(0.0, true), 0.0);
+        assert!(ulp_step(f32::NAN, true).is_nan());
+    }
+
+    /// A draw is part of the cache key; without one the key is what it was before draws
+    /// existed (the field is not serialised), so existing caches stay valid.
+    #[test]
+    fn a_last_bit_draw_has_its_own_cache_key() {
+        let model = ModelConfig::preset(crate::model::Preset::Tiny, 16).unwrap();
+        let task = TaskConfig::default();
+        let cs = ColdStartConfig::default();
+        let json = serde_json::to_string(&cs).unwrap();
+        assert!(!json.contains("ulp_jitter"), "{json}");
+        let drawn = ColdStartConfig {
+            ulp_jitter: Some(1),
+            ..cs.clone()
+        };
+        assert_ne!(
+            cache_key(&model, &task, &cs, 0),
+            cache_key(&model, &task, &drawn, 0)
+        );
+    }
 }

@@ -179,6 +179,9 @@ fn experiment_spec(a: &ExperimentArgs) -> Result<ExperimentSpec> {
     if let Some(p) = a.preset {
         spec.preset = p;
     }
+    if a.ulp_jitter.is_some() {
+        spec.coldstart.ulp_jitter = a.ulp_jitter;
+    }
     if let Some(arms) = &a.arms {
         spec.select_arms(arms)?;
     }

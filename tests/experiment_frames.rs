@@ -49,10 +49,11 @@ fn three_steps_two_arms_two_seeds_write_readable_frames_and_a_report() {
         "{statuses:?}"
     );
     let read = |n: &str| read_parquet(&o.out.join(format!("{n}.parquet"))).unwrap();
-    let (steps, updates, layers, events) = (
+    let (steps, updates, layers, lengths, events) = (
         read("steps"),
         read("updates"),
         read("layers"),
+        read("lengths"),
         read("events"),
     );
     assert_eq!(steps.height(), 2 * 2 * 3);
@@ -63,7 +64,7 @@ fn three_steps_two_arms_two_seeds_write_readable_frames_and_a_report() {
         "two MoE layers per update"
     );
     // Every frame has exactly the columns of its schema, in order, with the schema's dtypes.
-    for (df, frame) in [&steps, &updates, &layers, &events]
+    for (df, frame) in [&steps, &updates, &layers, &lengths, &events]
         .into_iter()
         .zip(driftlab::metrics::schema::frames())
     {
@@ -164,6 +165,37 @@ fn three_steps_two_arms_two_seeds_write_readable_frames_and_a_report() {
             "dead_experts",
         ],
     );
+    expect(
+        &lengths,
+        &["n_resp", "df", "len_mean", "logw_sum_var", "logw_mean_var"],
+    );
+    // The lengths frame pools the off-policy minibatch (the second of two: 8 of the step's 16
+    // responses), bins are 4 tokens wide, and Var(mean log w) = Var(Σ log w) / L² within each
+    // exact length L, so it sits between the bin's bounds.
+    let (lo, hi) = (
+        i64_col(&lengths, "len_lo").unwrap(),
+        i64_col(&lengths, "len_hi").unwrap(),
+    );
+    let (vs, vm) = (
+        f64_col(&lengths, "logw_sum_var").unwrap(),
+        f64_col(&lengths, "logw_mean_var").unwrap(),
+    );
+    let len = f64_col(&lengths, "len_mean").unwrap();
+    for i in 0..lengths.height() {
+        assert_eq!(hi[i] - lo[i], 3);
+        assert!((lo[i] as f64..=hi[i] as f64).contains(&len[i].unwrap()));
+        if let (Some(s), Some(m)) = (vs[i], vm[i]) {
+            let (l2, h2) = ((lo[i] * lo[i]) as f64, (hi[i] * hi[i]) as f64);
+            assert!(m * l2 <= s * (1.0 + 1e-9) && s <= m * h2 * (1.0 + 1e-9));
+        }
+    }
+    let n_resp = i64_col(&lengths, "n_resp").unwrap();
+    assert_eq!(
+        n_resp.iter().sum::<i64>(),
+        (steps.height() * 8) as i64,
+        "8 off-policy responses per step"
+    );
+    assert!(vs.iter().flatten().any(|&v| v > 0.0), "log-ratios vary");
     assert_eq!(steps.column("arm").unwrap().dtype(), &DataType::String);
     // Under r2 the forward replays π_old's routes, yet the probe measures native drift.
     let arm = driftlab::metrics::frames::str_col(&updates, "arm").unwrap();
@@ -195,7 +227,7 @@ fn three_steps_two_arms_two_seeds_write_readable_frames_and_a_report() {
         md.contains("## Findings") && md.contains("**(d) GSPO clips far more tokens than GRPO**")
     );
     assert!(
-        md.contains("not measured (needs GRPO arms with native, r2 and r3 routing)"),
+        md.contains("not measured (needs GRPO arms with native and r2 routing)"),
         "absent arms are said to be absent"
     );
     assert!(

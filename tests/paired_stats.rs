@@ -1,7 +1,8 @@
 //! The paired statistics the findings use, on hand-built and seeded synthetic data.
 
 use driftlab::report::paired::{
-    Scale, bootstrap_ci, cluster_means, holm, paired, seeds_needed, sign_flip_p, t_crit,
+    Scale, bootstrap_ci, cluster_means, holm, paired, seeds_needed, sign_flip_p,
+    sign_flip_p_greater, t_crit,
 };
 use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
@@ -23,6 +24,20 @@ fn sign_flip_p_values_by_hand() {
     // exact p = 2 / 2^25, estimate (0 + 1) / 200 001.
     let p = sign_flip_p(&[1.0; 25]);
     assert!(p > 0.0 && p < 1e-5, "{p}");
+}
+
+#[test]
+fn one_sided_sign_flip_p_values_by_hand() {
+    // d = [2, −1, 3], Σ = 4: of Σ ∈ {4, 0, 6, −2, 2, −6, 0, −4}, two are ≥ 4: p = 2/8.
+    assert_eq!(sign_flip_p_greater(&[2.0, -1.0, 3.0]), 0.25);
+    // All positive: only the observed pattern: 1 / 2^n.
+    assert_eq!(sign_flip_p_greater(&[1.0, 2.0, 3.0]), 0.125);
+    assert_eq!(sign_flip_p_greater(&[1.0; 10]), 1.0 / 1024.0);
+    // All negative: every pattern is at least as large: p = 1.
+    assert_eq!(sign_flip_p_greater(&[-1.0, -2.0, -3.0]), 1.0);
+    // Non-inferiority by a shift: d = [−0.01, 0.02, 0.00] + δ 0.05 is all positive.
+    let shifted: Vec<f64> = [-0.01, 0.02, 0.0].iter().map(|d| d + 0.05).collect();
+    assert_eq!(sign_flip_p_greater(&shifted), 0.125);
 }
 
 #[test]

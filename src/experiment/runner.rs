@@ -9,7 +9,8 @@ use crate::io::write_json;
 use crate::metrics::collapse::{CollapseDetector, StepSignals};
 use crate::metrics::frames::Frames;
 use crate::metrics::rows::{
-    CellId, Shape, StepMeasures, event_row, layer_rows, ratio_tok_max, step_row, update_row,
+    CellId, Shape, StepMeasures, event_row, layer_rows, length_rows, ratio_tok_max, step_row,
+    update_row,
 };
 use crate::parallel::work_queue;
 use crate::rl::{StepOutput, Trainer};
@@ -272,6 +273,9 @@ fn record_step(
         for r in layer_rows(id, out.step, u, shape) {
             f.layers.push(r)?;
         }
+    }
+    for r in length_rows(id, out) {
+        f.lengths.push(r)?;
     }
     for e in &events {
         f.events.push(event_row(id, e))?;

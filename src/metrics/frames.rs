@@ -95,21 +95,23 @@ impl Frame {
     }
 }
 
-/// The four frames of a run.
+/// The five frames of a run.
 pub struct Frames {
     pub steps: Frame,
     pub updates: Frame,
     pub layers: Frame,
+    pub lengths: Frame,
     pub events: Frame,
 }
 
 impl Default for Frames {
     fn default() -> Self {
-        use super::schema::{EVENTS, LAYERS, STEPS, UPDATES};
+        use super::schema::{EVENTS, LAYERS, LENGTHS, STEPS, UPDATES};
         Frames {
             steps: Frame::new(&STEPS),
             updates: Frame::new(&UPDATES),
             layers: Frame::new(&LAYERS),
+            lengths: Frame::new(&LENGTHS),
             events: Frame::new(&EVENTS),
         }
     }
@@ -118,7 +120,13 @@ impl Default for Frames {
 impl Frames {
     /// Rewrite every frame under `dir` (atomically, file by file).
     pub fn flush(&self, dir: &Path) -> Result<()> {
-        for f in [&self.steps, &self.updates, &self.layers, &self.events] {
+        for f in [
+            &self.steps,
+            &self.updates,
+            &self.layers,
+            &self.lengths,
+            &self.events,
+        ] {
             crate::io::write_parquet(&mut f.to_df()?, &dir.join(f.schema.file_name()))?;
         }
         Ok(())

@@ -169,6 +169,68 @@ pub fn update_row(id: &CellId, step: usize, u: &UpdateRecord, shape: Shape) -> R
     row
 }
 
+/// Width of the response-length bins of the lengths frame (1–4, 5–8, …).
+pub const LEN_BIN: usize = 4;
+
+/// Whether an update's ratios compare two different policies: every minibatch after the first,
+/// and the first as well when π_old is the engine's or a stale policy's.
+fn off_policy(id: &CellId, u: &UpdateRecord, staleness: usize) -> bool {
+    u.minibatch > 0 || id.old_logp == OldLogp::Rollout || staleness > 0
+}
+
+/// Per length bin, the step's off-policy updates pooled: the within-(update, exact length)
+/// variance of Σ_t log w and of mean_t log w over responses (GSPO §4: the token-level ratio's
+/// noise accumulates with length). Grouping by exact length first keeps the spread of the mean
+/// log-ratio between lengths out of the variance.
+pub fn length_rows(id: &CellId, out: &StepOutput) -> Vec<Row> {
+    use std::collections::BTreeMap;
+    // bin → (responses, df, Σ length, pooled Σ(S − S̄)², pooled Σ(M − M̄)²)
+    let mut bins: BTreeMap<usize, (usize, usize, usize, f64, f64)> = BTreeMap::new();
+    for u in out
+        .updates
+        .iter()
+        .filter(|u| off_policy(id, u, out.staleness))
+    {
+        let mut by_len: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+        let mut at = 0;
+        for &l in &u.lens {
+            let s: f64 = u.stats.ratio_tok[at..at + l]
+                .iter()
+                .map(|&w| f64::from(w).ln())
+                .sum();
+            at += l;
+            by_len.entry(l).or_default().push(s);
+        }
+        for (l, sums) in by_len {
+            let (_, var) = mean_var(&sums);
+            let df = sums.len() - 1;
+            let m2 = if df > 0 { var * sums.len() as f64 } else { 0.0 };
+            let b = bins.entry(l.saturating_sub(1) / LEN_BIN).or_default();
+            b.0 += sums.len();
+            b.1 += df;
+            b.2 += l * sums.len();
+            b.3 += m2;
+            b.4 += m2 / (l * l).max(1) as f64;
+        }
+    }
+    bins.into_iter()
+        .map(|(b, (n, df, len, m2s, m2m))| {
+            let mut row = id.row(out.step);
+            let pooled = |m2: f64| f(if df > 0 { m2 / df as f64 } else { f64::NAN });
+            row.extend([
+                ("len_lo", Val::I((b * LEN_BIN + 1) as i64)),
+                ("len_hi", Val::I(((b + 1) * LEN_BIN) as i64)),
+                ("n_resp", Val::I(n as i64)),
+                ("df", Val::I(df as i64)),
+                ("len_mean", f(len as f64 / n as f64)),
+                ("logw_sum_var", pooled(m2s)),
+                ("logw_mean_var", pooled(m2m)),
+            ]);
+            row
+        })
+        .collect()
+}
+
 /// The router-shift columns of an update (null when the weighting is off).
 fn router_shift_cols(id: &CellId, st: &crate::rl::loss::LossStats) -> [(&'static str, Val); 2] {
     let shift = st.router_shift.as_deref().unwrap_or_default();

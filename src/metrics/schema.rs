@@ -280,6 +280,35 @@ pub static LAYERS: FrameSchema = FrameSchema {
     ],
 };
 
+pub static LENGTHS: FrameSchema = FrameSchema {
+    name: "lengths",
+    grain: "one row per cell, step and response-length bin (4 tokens wide: 1–4, 5–8, …), the \
+            step's off-policy updates pooled (every minibatch after the first; the first too when \
+            π_old is the engine's or a stale policy's); variances are within (update, exact length)",
+    keys: &[
+        i("len_lo", "shortest response length of the bin"),
+        i("len_hi", "longest response length of the bin"),
+    ],
+    metrics: &[
+        i("n_resp", "responses in the bin over the pooled updates"),
+        i(
+            "df",
+            "degrees of freedom of the pooled variances: Σ over (update, exact length) groups of \
+             (responses − 1)",
+        ),
+        f("len_mean", "mean response length in the bin"),
+        f(
+            "logw_sum_var",
+            "pooled variance of Σ_t log w over a response (the log of the token ratios' \
+             product); null when df = 0",
+        ),
+        f(
+            "logw_mean_var",
+            "pooled variance of mean_t log w (GSPO's length-normalised log-ratio); null when df = 0",
+        ),
+    ],
+};
+
 pub static EVENTS: FrameSchema = FrameSchema {
     name: "events",
     grain: "one row per collapse or warning event",
@@ -298,9 +327,9 @@ pub static EVENTS: FrameSchema = FrameSchema {
     ],
 };
 
-/// The four frames of a run, in the order they are written.
-pub fn frames() -> [&'static FrameSchema; 4] {
-    [&STEPS, &UPDATES, &LAYERS, &EVENTS]
+/// The five frames of a run, in the order they are written.
+pub fn frames() -> [&'static FrameSchema; 5] {
+    [&STEPS, &UPDATES, &LAYERS, &LENGTHS, &EVENTS]
 }
 
 #[derive(Serialize)]

@@ -1,75 +1,106 @@
 //! The plots of a run, from its frames: which series each figure shows (the drawing is in
-//! [`super::charts`]).
+//! [`super::charts`]). Every curve is a mean over seeds with its 95% Student-t band; paper
+//! values are dashed reference lines labelled with their source.
 
-use super::charts::{BarChart, Chart, LineChart, Series, spans_decades};
+use super::charts::{
+    BarChart, Chart, Faint, ForestRow, HeatPanel, Heatmap, LineChart, Marker, MarkerKind, RefLine,
+    Series, Stack, spans_decades,
+};
+use super::endpoints::{Claimed, Endpoint, Verdict};
+use super::lengths::cell_bins;
 use super::load::{RunFrames, distinct, regimes};
 use super::stats::mean_ci;
 use super::summary::{labelled, seed_means};
+use crate::metrics::collapse::EventKind;
 use crate::metrics::frames::{f64_col, i64_col, str_col};
 use anyhow::{Context, Result};
 use polars::prelude::*;
+use std::collections::BTreeMap;
 use std::path::Path;
 
-/// The plot files `report` writes (each as PNG and SVG).
+/// The plot files `report` writes for every regime (each as PNG and SVG).
 pub const PLOTS: &[&str] = &[
+    "forest",
     "reward",
     "eval_accuracy",
+    "mechanism",
     "clip_frac",
     "drift",
-    "drift_layers",
+    "drift_heatmap",
     "ratio_var_vs_len",
     "mismatch_kl",
 ];
 
-/// Per label, per `x`: the mean over seeds of each seed's mean of `column` at that `x`, with
-/// the min–max over seeds as a band (when there are several).
-fn series_by(df: &DataFrame, multi: bool, x: &str, column: &str) -> Result<Vec<Series>> {
+/// Smoothing of the reward curves: EMA with this weight on the past.
+const EMA: f64 = 0.9;
+
+/// Per label (in order of first appearance), per seed: the points `(x, mean of column)`.
+type Curves = Vec<(String, BTreeMap<i64, Vec<(f64, f64)>>)>;
+
+fn curves(df: &DataFrame, multi: bool, x: &str, column: &str) -> Result<Curves> {
+    if df.height() == 0 {
+        return Ok(Vec::new());
+    }
     let df = labelled(df, multi)?;
     let names = distinct(str_col(&df, "label")?);
-    let per_seed = df
+    let g = df
         .lazy()
         .filter(col(column).is_not_null())
-        .group_by_stable([col("label"), col(x), col("seed")])
+        .group_by_stable([col("label"), col("seed"), col(x)])
         .agg([col(column).mean().alias("v")])
-        .group_by_stable([col("label"), col(x)])
-        .agg([
-            col("v").mean().alias("mean"),
-            col("v").min().alias("lo"),
-            col("v").max().alias("hi"),
-            col("v").count().alias("n"),
-        ])
         .sort(
             [x],
             SortMultipleOptions::default().with_maintain_order(true),
         )
         .collect()?;
-    let label = str_col(&per_seed, "label")?;
-    let xs = i64_col(&per_seed, x)?;
-    let (m, lo, hi) = (
-        f64_col(&per_seed, "mean")?,
-        f64_col(&per_seed, "lo")?,
-        f64_col(&per_seed, "hi")?,
+    let (label, seed, xs, v) = (
+        str_col(&g, "label")?,
+        i64_col(&g, "seed")?,
+        i64_col(&g, x)?,
+        f64_col(&g, "v")?,
     );
-    let n = i64_col(&per_seed, "n")?;
-    let mut out: Vec<Series> = Vec::new();
-    for name in names {
-        let mut s = Series {
-            name: name.clone(),
-            points: Vec::new(),
-            band: Vec::new(),
+    let mut out: Curves = names.into_iter().map(|n| (n, BTreeMap::new())).collect();
+    for i in 0..g.height() {
+        let (Some(k), Some(y)) = (out.iter().position(|(n, _)| *n == label[i]), v[i]) else {
+            continue;
         };
-        for i in (0..label.len()).filter(|&i| label[i] == name) {
-            let (Some(m), Some(lo), Some(hi)) = (m[i], lo[i], hi[i]) else {
-                continue;
-            };
-            s.points.push((xs[i] as f64, m));
-            if n[i] > 1 {
-                s.band.push((xs[i] as f64, lo, hi));
-            }
-        }
-        out.push(s);
+        out[k].1.entry(seed[i]).or_default().push((xs[i] as f64, y));
     }
     Ok(out)
+}
+
+/// Per x, the mean over seeds and its 95% t band (over two seeds or more).
+fn mean_band(name: &str, seeds: &BTreeMap<i64, Vec<(f64, f64)>>) -> Series {
+    let mut at: BTreeMap<i64, Vec<f64>> = BTreeMap::new();
+    for pts in seeds.values() {
+        for &(x, y) in pts {
+            at.entry(x as i64).or_default().push(y);
+        }
+    }
+    let mut s = Series {
+        name: name.into(),
+        points: Vec::new(),
+        band: Vec::new(),
+    };
+    for (x, v) in at {
+        let m = mean_ci(&v);
+        s.points.push((x as f64, m.mean));
+        if m.ci95.is_finite() {
+            s.band.push((x as f64, m.mean - m.ci95, m.mean + m.ci95));
+        }
+    }
+    s
+}
+
+fn ema(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut e: Option<f64> = None;
+    pts.iter()
+        .map(|&(x, y)| {
+            let v = e.map_or(y, |e| EMA * e + (1.0 - EMA) * y);
+            e = Some(v);
+            (x, v)
+        })
+        .collect()
 }
 
 fn line(title: &str, x_label: &str, y_label: &str, series: Vec<Series>, log_y: bool) -> LineChart {
@@ -78,16 +109,42 @@ fn line(title: &str, x_label: &str, y_label: &str, series: Vec<Series>, log_y: b
         x_label: x_label.into(),
         y_label: y_label.into(),
         series,
+        faint: vec![],
         log_y,
         markers: vec![],
+        refs: vec![],
         scatter: false,
     }
 }
 
-/// Collapse events as markers on the arm's mean reward at that step.
-fn event_markers(f: &RunFrames, multi: bool, reward: &[Series]) -> Result<Vec<(f64, f64, String)>> {
+/// Mean ± 95% band per label; `smooth` applies the EMA to every seed first; the raw
+/// per-seed curves are drawn faint behind.
+fn band_chart(c: &Curves, smooth: bool) -> (Vec<Series>, Vec<Faint>) {
+    let series = c
+        .iter()
+        .map(|(n, seeds)| {
+            let s: BTreeMap<i64, Vec<(f64, f64)>> = seeds
+                .iter()
+                .map(|(k, p)| (*k, if smooth { ema(p) } else { p.clone() }))
+                .collect();
+            mean_band(n, &s)
+        })
+        .collect();
+    let faint = c
+        .iter()
+        .map(|(_, seeds)| seeds.values().cloned().collect())
+        .collect();
+    (series, faint)
+}
+
+/// Events on the arm's smoothed mean reward at that step: collapses and warnings apart.
+fn event_markers(f: &RunFrames, multi: bool, reward: &[Series]) -> Result<Vec<Marker>> {
+    if f.events.height() == 0 {
+        return Ok(Vec::new());
+    }
     let ev_label = str_col(&labelled(&f.events, multi)?, "label")?;
     let ev_step = i64_col(&f.events, "step")?;
+    let kind = str_col(&f.events, "kind")?;
     Ok((0..ev_label.len())
         .filter_map(|i| {
             let s = reward.iter().find(|s| s.name == ev_label[i])?;
@@ -96,47 +153,86 @@ fn event_markers(f: &RunFrames, multi: bool, reward: &[Series]) -> Result<Vec<(f
                 .iter()
                 .find(|p| p.0 as i64 == ev_step[i])
                 .map(|p| p.1)?;
-            Some((ev_step[i] as f64, y, ev_label[i].clone()))
+            let collapse = EventKind::parse(&kind[i]).is_ok_and(EventKind::is_collapse);
+            Some(Marker {
+                x: ev_step[i] as f64,
+                y,
+                kind: if collapse {
+                    MarkerKind::Collapse
+                } else {
+                    MarkerKind::Warning
+                },
+            })
         })
         .collect())
 }
 
-/// Token and sequence ratio variance of every off-policy update against its mean length.
-fn variance_vs_length(f: &RunFrames) -> Result<LineChart> {
-    let len = f64_col(&f.updates, "resp_len_mean")?;
-    let mb = i64_col(&f.updates, "minibatch")?;
-    let pts = |c: &str| -> Result<Vec<(f64, f64)>> {
-        let v = f64_col(&f.updates, c)?;
-        Ok((0..len.len())
-            .filter(|&i| mb[i] > 0)
-            .filter_map(|i| Some((len[i]?, v[i]?)))
-            .filter(|p| p.1 > 0.0)
-            .collect())
-    };
-    let series = vec![
-        Series {
-            name: "token ratio variance".into(),
-            points: pts("ratio_tok_var")?,
-            band: vec![],
-        },
-        Series {
-            name: "sequence ratio variance".into(),
-            points: pts("ratio_seq_var")?,
-            band: vec![],
-        },
-    ];
-    let mut chart = line(
-        "Importance-ratio variance vs response length (updates after the first minibatch)",
-        "mean response length (tokens)",
-        "variance",
-        series,
-        true,
-    );
-    chart.scatter = true;
-    Ok(chart)
+fn reference(y: f64, label: &str) -> RefLine {
+    RefLine {
+        y,
+        label: label.into(),
+    }
 }
 
-/// Clipped-token fraction per arm with its 95% interval over seeds.
+/// Var(Σ_t log w) and Var(mean_t log w) per length bin: per seed the mean over the regime's
+/// distinct arms of each cell's pooled bin variance, then mean ± 95% band over seeds.
+fn variance_by_length(f: &RunFrames, same: &[Vec<String>]) -> Result<LineChart> {
+    let bins = cell_bins(&f.lengths)?;
+    // seed → bin → (Σ sum_var, Σ mean_var, Σ len_mean, arms)
+    type Acc = BTreeMap<i64, BTreeMap<i64, (f64, f64, f64, usize)>>;
+    let mut acc: Acc = BTreeMap::new();
+    for ((arm, seed), bs) in &bins {
+        if super::identical::is_repeat(same, arm) {
+            continue;
+        }
+        for b in bs.iter().filter(|b| b.df >= super::lengths::MIN_DF) {
+            let e = acc.entry(*seed).or_default().entry(b.len_lo).or_default();
+            e.0 += b.sum_var;
+            e.1 += b.mean_var;
+            e.2 += b.len_mean;
+            e.3 += 1;
+        }
+    }
+    let per = |which: usize| -> BTreeMap<i64, Vec<(f64, f64)>> {
+        acc.iter()
+            .map(|(s, m)| {
+                let pts = m
+                    .iter()
+                    .map(|(lo, v)| {
+                        let y = if which == 0 { v.0 } else { v.1 };
+                        (*lo as f64, y / v.3 as f64)
+                    })
+                    .collect();
+                (*s, pts)
+            })
+            .collect()
+    };
+    let mut tok = mean_band("Var(Σ_t log w): the token ratios' product", &per(0));
+    let mut seq = mean_band("Var(mean_t log w): GSPO's length-normalised ratio", &per(1));
+    // Place each bin at its mean length over cells.
+    let mut at: BTreeMap<i64, (f64, usize)> = BTreeMap::new();
+    for m in acc.values() {
+        for (lo, v) in m {
+            let e = at.entry(*lo).or_default();
+            e.0 += v.2 / v.3 as f64;
+            e.1 += 1;
+        }
+    }
+    let x = |lo: f64| at.get(&(lo as i64)).map_or(lo, |(s, n)| s / *n as f64);
+    for s in [&mut tok, &mut seq] {
+        s.points.iter_mut().for_each(|p| p.0 = x(p.0));
+        s.band.iter_mut().for_each(|b| b.0 = x(b.0));
+    }
+    Ok(line(
+        "Log-ratio variance per response-length bin (off-policy updates; 95% band over seeds)",
+        "response length (tokens, bin mean)",
+        "variance over responses",
+        vec![tok, seq],
+        true,
+    ))
+}
+
+/// Clipped-token fraction per arm with its 95% interval over seeds, and GSPO's values.
 fn clip_bars(f: &RunFrames) -> Result<BarChart> {
     let mut bars = Vec::new();
     for (a, seeds) in seed_means(&f.updates, "clip_frac_tok")? {
@@ -147,90 +243,269 @@ fn clip_bars(f: &RunFrames) -> Result<BarChart> {
             .then(|| ((m.mean - m.ci95).max(1e-6), m.mean + m.ci95));
         bars.push((a, m.mean.max(0.0), e));
     }
-    let log = spans_decades(bars.iter().map(|b| b.1));
+    let refs = vec![
+        reference(0.15, "GSPO paper: GSPO 0.15"),
+        reference(0.0013, "GSPO paper: GRPO 0.0013"),
+    ];
+    let log = spans_decades(bars.iter().map(|b| b.1).chain([0.15, 0.0013]));
     Ok(BarChart {
         title: "Clipped-token fraction per update (95% CI over seeds)".into(),
         y_label: "clip_frac_tok".into(),
         bars,
         log_y: log,
+        refs,
     })
 }
 
-/// Every plot of `f` under `pdir`.
-fn plots_in(pdir: &Path, f: &RunFrames) -> Result<()> {
+/// Drift per (layer, step), mean over seeds and minibatches, one panel per distinct arm.
+fn drift_heatmap(f: &RunFrames, multi: bool, same: &[Vec<String>]) -> Result<Heatmap> {
+    let mut panels = Vec::new();
+    if f.layers.height() > 0 {
+        let df = labelled(&f.layers, multi)?;
+        let g = df
+            .lazy()
+            .filter(col("drift_expert_frac").is_not_null())
+            .group_by_stable([col("label"), col("arm"), col("layer"), col("step")])
+            .agg([col("drift_expert_frac").mean().alias("v")])
+            .collect()?;
+        let (label, arm) = (str_col(&g, "label")?, str_col(&g, "arm")?);
+        let (layer, step, v) = (
+            i64_col(&g, "layer")?,
+            i64_col(&g, "step")?,
+            f64_col(&g, "v")?,
+        );
+        for name in distinct(label.iter().cloned()) {
+            let rows: Vec<usize> = (0..g.height()).filter(|&i| label[i] == name).collect();
+            if super::identical::is_repeat(same, &arm[rows[0]]) {
+                continue;
+            }
+            let n_layers = rows.iter().map(|&i| layer[i]).max().unwrap_or(0) as usize + 1;
+            let steps: Vec<i64> = {
+                let mut s: Vec<i64> = rows.iter().map(|&i| step[i]).collect();
+                s.sort();
+                s.dedup();
+                s
+            };
+            let mut values = vec![vec![f64::NAN; steps.len()]; n_layers];
+            for &i in &rows {
+                let c = steps.binary_search(&step[i]).expect("step listed");
+                values[layer[i] as usize][c] = v[i].unwrap_or(f64::NAN);
+            }
+            panels.push(HeatPanel {
+                title: name,
+                rows: n_layers,
+                cols: steps.iter().map(|&s| s as f64).collect(),
+                values,
+            });
+        }
+    }
+    let log = spans_decades(
+        panels
+            .iter()
+            .flat_map(|p| p.values.iter().flatten().copied()),
+    );
+    Ok(Heatmap {
+        title: "Expert drift per update by layer and step, mean over seeds; grey: none".into(),
+        x_label: "RL step".into(),
+        y_label: "MoE layer".into(),
+        log,
+        panels,
+    })
+}
+
+/// Drift → token ratios → clipping → reward, aligned on the step axis, for the regime's
+/// distinct arms.
+fn mechanism(f: &RunFrames, multi: bool, same: &[Vec<String>]) -> Result<Stack> {
+    let keep = |c: Curves| -> Curves {
+        c.into_iter()
+            .filter(|(l, _)| !super::identical::is_repeat(same, l.rsplit('/').next().unwrap_or(l)))
+            .collect()
+    };
+    let panel =
+        |df: &DataFrame, column: &str, y: &str, log: bool, smooth: bool| -> Result<LineChart> {
+            let c = keep(curves(df, multi, "step", column)?);
+            let (series, _) = band_chart(&c, smooth);
+            let refs: Vec<RefLine> = if column == "drift_expert_frac" {
+                vec![reference(0.10, "GSPO paper: ~10% (48 layers)")]
+            } else {
+                vec![]
+            };
+            let log = log
+                && spans_decades(
+                    series
+                        .iter()
+                        .flat_map(|s| s.points.iter().map(|p| p.1))
+                        .chain(refs.iter().map(|r| r.y)),
+                );
+            let mut chart = line("", "RL step", y, series, log);
+            chart.refs = refs;
+            Ok(chart)
+        };
+    let drift = panel(
+        &f.updates,
+        "drift_expert_frac",
+        "drift per update",
+        true,
+        false,
+    )?;
+    Ok(Stack {
+        title: "Mechanism: drift per update → token-ratio extremes and spread → clipping → reward (mean over seeds, 95% band)".into(),
+        panels: vec![
+            drift,
+            panel(&f.updates, "ratio_tok_max", "largest token ratio", true, false)?,
+            panel(&f.updates, "ratio_tok_var", "token-ratio variance", true, false)?,
+            panel(&f.updates, "clip_frac_tok", "clipped-token fraction", true, false)?,
+            panel(&f.steps, "reward_mean", "reward (EMA 0.9)", false, true)?,
+        ],
+    })
+}
+
+/// An endpoint's description short enough for a forest-plot row.
+fn compact(what: &str) -> String {
+    let mut s = what.replace('`', "");
+    for cut in [
+        ", mean over distinct arms",
+        ", within cells",
+        ", off-policy updates",
+        "share of activated experts that change ",
+    ] {
+        s = s.replace(cut, "");
+    }
+    if s.chars().count() > 60 {
+        s = s.chars().take(59).collect::<String>() + "…";
+    }
+    s
+}
+
+/// The forest plot of one regime's endpoints: effects in units of their margin δ.
+fn forest(eps: &[&Endpoint], regime: &str) -> super::charts::Forest {
+    let rows = eps
+        .iter()
+        .filter(|e| e.claimed != Claimed::Describe)
+        .filter_map(|e| {
+            let x = e.est.as_ref()?;
+            let d = e.margin;
+            Some(ForestRow {
+                label: format!("({}) {}", e.claim, compact(&e.what)),
+                effect: x.mean / d,
+                ci: (x.t_ci.0 / d, x.t_ci.1 / d),
+                reference: e.reference.as_ref().map(|r| r.0 / d),
+                tone: match e.verdict {
+                    Verdict::Holds => 0,
+                    Verdict::DoesNotHold => 1,
+                    Verdict::Inconclusive { .. } => 2,
+                    Verdict::Secondary => 3,
+                },
+            })
+        })
+        .collect();
+    super::charts::Forest {
+        title: format!("Regime {regime}: paired effects with 95% t intervals, in units of δ"),
+        x_label: "effect / δ (0: no effect; grey band: within ±δ)".into(),
+        rows,
+        tones: ["holds", "does not hold", "inconclusive", "secondary"]
+            .map(String::from)
+            .to_vec(),
+    }
+}
+
+/// Every plot of one regime's frames under `pdir`.
+fn plots_in(
+    pdir: &Path,
+    f: &RunFrames,
+    regime: &str,
+    eps: &[&Endpoint],
+    multi: bool,
+) -> Result<()> {
     std::fs::create_dir_all(pdir).with_context(|| format!("creating {}", pdir.display()))?;
-    let multi = regimes(&f.steps).len() > 1;
-    let reward = series_by(&f.steps, multi, "step", "reward_mean")?;
+    let same = super::identical::identical_groups(&f.steps)?;
+    let mismatch = eps.iter().any(|e| e.claim == 'f');
+    forest(eps, regime).save(pdir, "forest")?;
+    let (series, faint) = band_chart(&curves(&f.steps, multi, "step", "reward_mean")?, true);
     let mut chart = line(
-        "Training reward (mean over seeds; band = seed range)",
+        "Training reward: EMA(0.9) mean over seeds, 95% band; raw seeds faint",
         "RL step",
         "reward",
-        reward,
+        series,
         false,
     );
+    chart.faint = faint;
     chart.markers = event_markers(f, multi, &chart.series)?;
     chart.save(pdir, "reward")?;
-    let eval = series_by(&f.steps, multi, "step", "eval_accuracy")?;
-    line(
-        "Greedy eval accuracy (held-out set)",
+    let (series, faint) = band_chart(&curves(&f.steps, multi, "step", "eval_accuracy")?, false);
+    let mut eval = line(
+        "Greedy eval accuracy (held-out set): mean over seeds, 95% band; seeds faint",
         "RL step",
         "eval accuracy",
-        eval,
+        series,
         false,
-    )
-    .save(pdir, "eval_accuracy")?;
+    );
+    eval.faint = faint;
+    eval.save(pdir, "eval_accuracy")?;
+    mechanism(f, multi, &same)?.save(pdir, "mechanism")?;
     clip_bars(f)?.save(pdir, "clip_frac")?;
-    let drift = series_by(&f.updates, multi, "step", "drift_expert_frac")?;
-    let log = spans_decades(drift.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
-    line(
-        "Expert drift per update: share of activated experts that changed",
+    let (series, _) = band_chart(
+        &curves(&f.updates, multi, "step", "drift_expert_frac")?,
+        false,
+    );
+    let log = spans_decades(
+        series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1))
+            .chain([0.10]),
+    );
+    let mut drift = line(
+        "Expert drift per update: share of activated experts that changed (95% band)",
         "RL step",
         "drift_expert_frac",
-        drift,
+        series,
         log,
-    )
-    .save(pdir, "drift")?;
-    let layers = if f.layers.height() > 0 {
-        series_by(&f.layers, multi, "layer", "drift_expert_frac")?
-    } else {
-        Vec::new()
-    };
-    let log = spans_decades(layers.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
-    line(
-        "Expert drift by layer (mean over updates and seeds)",
-        "layer",
-        "drift_expert_frac",
-        layers,
-        log,
-    )
-    .save(pdir, "drift_layers")?;
-    variance_vs_length(f)?.save(pdir, "ratio_var_vs_len")?;
+    );
+    drift.refs.push(reference(
+        0.10,
+        "GSPO paper: ~10% per update (48-layer MoE)",
+    ));
+    drift.save(pdir, "drift")?;
+    drift_heatmap(f, multi, &same)?.save(pdir, "drift_heatmap")?;
+    variance_by_length(f, &same)?.save(pdir, "ratio_var_vs_len")?;
     // A KL is positive and spans decades across regimes: always a log axis.
-    let mk = series_by(&f.steps, multi, "step", "mismatch_kl_k3")?;
-    line(
-        "Train–inference mismatch: k3 KL per token (rollout engine vs trainer)",
+    let (series, _) = band_chart(&curves(&f.steps, multi, "step", "mismatch_kl_k3")?, false);
+    let mut mk = line(
+        "Train–inference mismatch: k3 KL per token, rollout engine vs trainer (95% band)",
         "RL step",
         "mismatch_kl_k3",
-        mk,
+        series,
         true,
-    )
-    .save(pdir, "mismatch_kl")
+    );
+    if mismatch {
+        mk.refs = vec![
+            reference(1.5e-3, "R3 paper: MoE 1.5e-3"),
+            reference(6.4e-4, "R3 paper: dense 6.4e-4"),
+            reference(7.5e-4, "R3 paper: MoE with R3 7.5e-4"),
+        ];
+    }
+    mk.save(pdir, "mismatch_kl")
 }
 
 /// Plots of every regime: `plots/<name>.png|svg` for a single-regime run, else
 /// `plots/<regime>/<name>.png|svg`. Returns (regime, folder relative to `dir`) per folder.
-pub fn make_plots(dir: &Path, f: &RunFrames) -> Result<Vec<(String, String)>> {
+pub fn make_plots(dir: &Path, f: &RunFrames, eps: &[Endpoint]) -> Result<Vec<(String, String)>> {
     let regs = regimes(&f.steps);
+    let mine = |r: &str| eps.iter().filter(|e| e.regime == r).collect::<Vec<_>>();
     if regs.len() <= 1 {
-        plots_in(&dir.join("plots"), f)?;
-        return Ok(vec![(
-            regs.first().cloned().unwrap_or_default(),
-            "plots".into(),
-        )]);
+        let r = regs.first().cloned().unwrap_or_default();
+        plots_in(&dir.join("plots"), f, &r, &mine(&r), false)?;
+        return Ok(vec![(r, "plots".into())]);
     }
     let mut out = Vec::new();
     for r in regs {
-        plots_in(&dir.join("plots").join(&r), &f.regime(&r)?)?;
+        plots_in(
+            &dir.join("plots").join(&r),
+            &f.regime(&r)?,
+            &r,
+            &mine(&r),
+            true,
+        )?;
         out.push((r.clone(), format!("plots/{r}")));
     }
     Ok(out)

@@ -9,12 +9,14 @@ use anyhow::Result;
 use polars::prelude::*;
 use std::path::Path;
 
-/// The four frames of a run, rows in a fixed order (see [`load_frames`]).
+/// The five frames of a run, rows in a fixed order (see [`load_frames`]).
 #[derive(Clone)]
 pub struct RunFrames {
     pub steps: DataFrame,
     pub updates: DataFrame,
     pub layers: DataFrame,
+    /// Empty for runs written before the lengths frame existed.
+    pub lengths: DataFrame,
     pub events: DataFrame,
 }
 
@@ -22,6 +24,9 @@ impl RunFrames {
     /// The rows of one regime.
     pub fn regime(&self, regime: &str) -> Result<RunFrames> {
         let keep = |df: &DataFrame| -> Result<DataFrame> {
+            if df.width() == 0 {
+                return Ok(df.clone());
+            }
             Ok(df
                 .clone()
                 .lazy()
@@ -32,6 +37,7 @@ impl RunFrames {
             steps: keep(&self.steps)?,
             updates: keep(&self.updates)?,
             layers: keep(&self.layers)?,
+            lengths: keep(&self.lengths)?,
             events: keep(&self.events)?,
         })
     }
@@ -63,12 +69,18 @@ pub fn load_frames(dir: &Path) -> Result<RunFrames> {
 /// [`load_frames`] with the run's `config.json` already read.
 pub fn load_frames_of(dir: &Path, info: &RunInfo) -> Result<RunFrames> {
     let order = info.order();
-    let [steps, updates, layers, events] = schema::frames()
-        .map(|s| read_parquet(&dir.join(s.file_name())).and_then(|df| sorted_by_cell(df, &order)));
+    let [steps, updates, layers, lengths, events] = schema::frames().map(|s| {
+        let path = dir.join(s.file_name());
+        if s.name == schema::LENGTHS.name && !path.exists() {
+            return Ok(DataFrame::empty());
+        }
+        read_parquet(&path).and_then(|df| sorted_by_cell(df, &order))
+    });
     Ok(RunFrames {
         steps: steps?,
         updates: updates?,
         layers: layers?,
+        lengths: lengths?,
         events: events?,
     })
 }
@@ -93,10 +105,17 @@ fn sorted_by_cell(df: DataFrame, order: &[(String, String)]) -> Result<DataFrame
         .collect();
     let mut df = df;
     df.with_column(Column::new("__cell_rank".into(), rank))?;
-    let keys: Vec<&str> = ["__cell_rank", "seed", "step", "minibatch", "layer"]
-        .into_iter()
-        .filter(|k| df.column(k).is_ok())
-        .collect();
+    let keys: Vec<&str> = [
+        "__cell_rank",
+        "seed",
+        "step",
+        "minibatch",
+        "layer",
+        "len_lo",
+    ]
+    .into_iter()
+    .filter(|k| df.column(k).is_ok())
+    .collect();
     let sorted = df.sort(
         keys,
         SortMultipleOptions::default().with_maintain_order(true),

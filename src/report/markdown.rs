@@ -1,7 +1,8 @@
 //! `report.md`: the regimes, the summary table, the events, the findings and the plots.
 
+use super::endpoints::Endpoint;
 use super::figures::PLOTS;
-use super::findings::findings;
+use super::findings::{Regime, findings_md};
 use super::load::RunFrames;
 use super::run_info::RunInfo;
 use super::stats::MeanCi;
@@ -124,6 +125,8 @@ pub fn report(
     f: &RunFrames,
     info: &RunInfo,
     sums: &[ArmSummary],
+    regs: &[Regime],
+    eps: &[Endpoint],
     plot_dirs: &[(String, String)],
 ) -> Result<String> {
     let mut md = String::new();
@@ -146,7 +149,7 @@ pub fn report(
     summary_table(&mut md, sums)?;
     identical_arms(&mut md, f)?;
     events_table(&mut md, f, sums)?;
-    md.push_str(&findings(f, info)?);
+    md.push_str(&findings_md(regs, eps)?);
     writeln!(md)?;
     writeln!(md, "## Plots\n")?;
     for (regime, folder) in plot_dirs {

@@ -2,9 +2,11 @@
 //! files and `config.json` alone (no training state).
 
 pub mod charts;
+pub mod endpoints;
 pub mod figures;
 pub mod findings;
 pub mod identical;
+pub mod lengths;
 pub mod load;
 pub mod markdown;
 pub mod paired;
@@ -22,7 +24,8 @@ pub use summary::{ArmSummary, summarize};
 use anyhow::{Context, Result};
 use std::path::Path;
 
-/// Rebuild `summary.csv`, `summary.json`, `plots/` and `report.md` in `dir` from its files.
+/// Rebuild `summary.csv`, `summary.json`, `endpoints.json`, `plots/` and `report.md` in `dir`
+/// from its files.
 pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
     let info = RunInfo::load(dir);
     let f = load::load_frames_of(dir, &info).with_context(|| {
@@ -33,8 +36,11 @@ pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
     })?;
     let sums = summarize(&f)?;
     summary::write_summary_files(dir, &sums)?;
-    let plot_dirs = figures::make_plots(dir, &f)?;
-    let md = markdown::report(&f, &info, &sums, &plot_dirs)?;
+    let regs = findings::regimes_of(&f, &info)?;
+    let eps = findings::endpoints(&regs)?;
+    crate::io::write_json(&dir.join("endpoints.json"), &eps)?;
+    let plot_dirs = figures::make_plots(dir, &f, &eps)?;
+    let md = markdown::report(&f, &info, &sums, &regs, &eps, &plot_dirs)?;
     crate::io::write_atomic(&dir.join("report.md"), md.as_bytes())?;
     Ok(sums)
 }

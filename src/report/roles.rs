@@ -123,6 +123,8 @@ mod tests {
             collapses,
             collapsed_cells: 0,
             warned_cells: explosions,
+            seed_ids: Vec::new(),
+            per_seed: BTreeMap::new(),
         }
     }
 

@@ -45,6 +45,12 @@ pub struct ArmSummary {
     pub collapsed_cells: usize,
     /// Cells with a warning event only (ratio explosion, gradient spike) and no collapse.
     pub warned_cells: usize,
+    /// The seeds of the arm's cells, in order; `per_seed` values are in this order.
+    pub seed_ids: Vec<i64>,
+    /// Per metric, the per-cell value of every seed (what the intervals above are over):
+    /// `final_reward`, `final_eval`, `steps_to_target`, the per-cell means of the update and
+    /// step metrics, and 1/0 per cell for `ratio_explosion` and `collapsed`.
+    pub per_seed: BTreeMap<String, Vec<f64>>,
 }
 
 /// Means over each cell's update rows.
@@ -202,7 +208,18 @@ pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
         &per_cell(&labelled(&f.updates, multi)?, &[], &UPDATE_MEANS, vec![])?,
         &UPDATE_MEANS,
     )?;
-    let events = event_counts(&labelled(&f.events, multi)?)?;
+    let ev = labelled(&f.events, multi)?;
+    let events = event_counts(&ev)?;
+    let ev_cells: Vec<(String, i64, String)> = {
+        let (l, s, k) = (
+            str_col(&ev, "label")?,
+            i64_col(&ev, "seed")?,
+            str_col(&ev, "kind")?,
+        );
+        (0..l.len())
+            .map(|i| (l[i].clone(), s[i], k[i].clone()))
+            .collect()
+    };
     let label = str_col(&steps, "label")?;
     let seed = i64_col(&steps, "seed")?;
     let (regime, arm) = (str_col(&steps, "regime")?, str_col(&steps, "arm")?);
@@ -232,18 +249,54 @@ pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
             fin.push(final_reward(&r));
             stt.push(steps_to_target(&r));
         }
-        let over_seeds = |table: &HashMap<(String, i64), Vec<f64>>, k: usize| {
+        let mut per_seed: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        let mut over_seeds = |table: &HashMap<(String, i64), Vec<f64>>, name: &str, k: usize| {
             let v: Vec<f64> = rows
                 .iter()
                 .map(|&j| table.get(&(l.clone(), seed[j])).map_or(f64::NAN, |v| v[k]))
                 .collect();
-            mean_ci(&v)
+            let m = mean_ci(&v);
+            per_seed.insert(name.into(), v);
+            m
+        };
+        let cell_has = |j: usize, kind: &dyn Fn(&str) -> bool| -> f64 {
+            let hit = ev_cells
+                .iter()
+                .any(|(el, es, ek)| el == l && *es == seed[j] && kind(ek));
+            f64::from(u8::from(hit))
         };
         let (collapses, collapsed_cells, warned_cells) = events.get(l).cloned().unwrap_or_default();
         let fev: Vec<f64> = rows
             .iter()
             .map(|&j| final_eval[j].unwrap_or(f64::NAN))
             .collect();
+        let drift_expert_frac = over_seeds(&updates, UPDATE_MEANS[0], 0);
+        let drift_since_rollout_frac = over_seeds(&updates, UPDATE_MEANS[1], 1);
+        let clip_frac_tok = over_seeds(&updates, UPDATE_MEANS[2], 2);
+        let ratio_tok_var = over_seeds(&updates, UPDATE_MEANS[3], 3);
+        let ratio_seq_var = over_seeds(&updates, UPDATE_MEANS[4], 4);
+        let mismatch_kl_k3 = over_seeds(&step_means, STEP_MEANS[0], 0);
+        let mismatch_route_frac = over_seeds(&step_means, STEP_MEANS[1], 1);
+        let explosion = EventKind::RatioExplosion.name();
+        per_seed.insert(
+            "ratio_explosion".into(),
+            rows.iter()
+                .map(|&j| cell_has(j, &|k| k == explosion))
+                .collect(),
+        );
+        per_seed.insert(
+            "collapsed".into(),
+            rows.iter()
+                .map(|&j| {
+                    cell_has(j, &|k| {
+                        EventKind::parse(k).is_ok_and(EventKind::is_collapse)
+                    })
+                })
+                .collect(),
+        );
+        per_seed.insert("final_reward".into(), fin.clone());
+        per_seed.insert("final_eval".into(), fev.clone());
+        per_seed.insert("steps_to_target".into(), stt.clone());
         out.push(ArmSummary {
             arm: l.clone(),
             regime: regime[rows[0]].clone(),
@@ -256,16 +309,18 @@ pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
             final_eval: mean_ci(&fev),
             reached: stt.iter().filter(|x| x.is_finite()).count(),
             steps_to_target: mean_ci(&stt),
-            drift_expert_frac: over_seeds(&updates, 0),
-            drift_since_rollout_frac: over_seeds(&updates, 1),
-            clip_frac_tok: over_seeds(&updates, 2),
-            ratio_tok_var: over_seeds(&updates, 3),
-            ratio_seq_var: over_seeds(&updates, 4),
-            mismatch_kl_k3: over_seeds(&step_means, 0),
-            mismatch_route_frac: over_seeds(&step_means, 1),
+            drift_expert_frac,
+            drift_since_rollout_frac,
+            clip_frac_tok,
+            ratio_tok_var,
+            ratio_seq_var,
+            mismatch_kl_k3,
+            mismatch_route_frac,
             collapses,
             collapsed_cells,
             warned_cells,
+            seed_ids: rows.iter().map(|&j| seed[j]).collect(),
+            per_seed,
         });
     }
     Ok(out)

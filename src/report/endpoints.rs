@@ -1,0 +1,593 @@
+//! The endpoints of the findings, declared here before any run is looked at: for each
+//! published claim, which arms are compared on which per-cell value and scale, in which
+//! direction the claim points, the equivalence margin δ below which a difference does not
+//! matter, and the paper's value where it reports one. Then the statistics of every endpoint
+//! (paired over shared seeds, [`super::paired`]), Holm's adjustment over the report's primary
+//! endpoints, and the verdict.
+//!
+//! Tests are one-sided exact sign-flip tests in the claimed direction (declared, so one-sided);
+//! "does not hold" needs positive evidence: both one-sided tests of |mean| < δ (TOST) for a
+//! claimed difference, or "worse by more than δ" for a claimed non-inferiority. Otherwise the
+//! verdict is "inconclusive at n seeds", with the seeds that would resolve it.
+
+use super::lengths::{cell_bins, length_exponent, off_policy_variances};
+use super::load::RunFrames;
+use super::paired::{Paired, Scale, paired, seeds_needed, sign_flip_p_greater};
+use super::roles::Arms;
+use super::run_info::RunInfo;
+use super::summary::ArmSummary;
+use crate::rl::RoutingMode;
+use anyhow::Result;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Family-wise error rate of the report.
+pub const ALPHA: f64 = 0.05;
+/// Power the seed estimate aims for.
+pub const POWER: f64 = 0.8;
+/// Margin of reward differences: a 0.05 reward drop is the smallest one that matters (the
+/// stability map's resolution).
+pub const REWARD_MARGIN: f64 = 0.05;
+/// Margin of log-ratios (KLs, variances, clip fractions): within a factor of 1.5.
+pub const RATIO_MARGIN: f64 = 0.405_465_108_108_164_4; // ln 1.5
+/// Margin of length exponents β (var ∝ length^β).
+pub const EXPONENT_MARGIN: f64 = 0.25;
+
+/// What a claim says about the compared value `d` (b − a, or one arm's value).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Claimed {
+    /// d > 0.
+    Greater,
+    /// d < 0.
+    Less,
+    /// d > −δ: not worse by more than the margin.
+    NotWorse,
+    /// A measured quantity set beside the paper's, no test.
+    Describe,
+}
+
+/// The verdict of an endpoint.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Verdict {
+    Holds,
+    /// Does not hold: |d| < δ (TOST), or worse by more than δ for a non-inferiority claim.
+    DoesNotHold,
+    /// Neither; `seeds` would resolve it at the observed effect (None when the estimate
+    /// points away from the claim).
+    Inconclusive {
+        seeds: Option<usize>,
+    },
+    /// A secondary endpoint or a description: no verdict of its own.
+    Secondary,
+}
+
+/// One endpoint: what is compared, and (once evaluated) its statistics and verdict.
+#[derive(Clone, Debug, Serialize)]
+pub struct Endpoint {
+    /// The claim's letter, (a)–(f).
+    pub claim: char,
+    pub regime: String,
+    /// What is compared, in markdown (arm names in backticks).
+    pub what: String,
+    pub scale: Scale,
+    pub claimed: Claimed,
+    /// Equivalence margin δ on `scale`.
+    pub margin: f64,
+    /// The paper's value on `scale`, and its source.
+    pub reference: Option<(f64, String)>,
+    /// Primary endpoints carry verdicts and count toward Holm's m.
+    pub primary: bool,
+    pub est: Option<Paired>,
+    /// One-sided p of the claim (for `NotWorse`, of d > −δ).
+    pub p: f64,
+    /// One-sided p of "does not hold": TOST max(p(d > −δ), p(d < δ)), or p(d < −δ).
+    pub p_not: f64,
+    pub p_holm: f64,
+    pub p_not_holm: f64,
+    pub verdict: Verdict,
+    /// Why an endpoint was not evaluated (identical arms, too few seeds).
+    pub note: Option<String>,
+}
+
+impl Endpoint {
+    fn new(claim: char, regime: &str, what: String, scale: Scale, claimed: Claimed) -> Self {
+        Endpoint {
+            claim,
+            regime: regime.into(),
+            what,
+            scale,
+            claimed,
+            margin: match scale {
+                Scale::Difference => REWARD_MARGIN,
+                Scale::LogRatio => RATIO_MARGIN,
+            },
+            reference: None,
+            primary: claimed != Claimed::Describe,
+            est: None,
+            p: f64::NAN,
+            p_not: f64::NAN,
+            p_holm: f64::NAN,
+            p_not_holm: f64::NAN,
+            verdict: Verdict::Secondary,
+            note: None,
+        }
+    }
+
+    fn reference(mut self, value: f64, source: &str) -> Self {
+        self.reference = Some((value, source.into()));
+        self
+    }
+
+    fn margin(mut self, m: f64) -> Self {
+        self.margin = m;
+        self
+    }
+
+    fn secondary(mut self) -> Self {
+        self.primary = false;
+        self
+    }
+
+    /// Compare `b` against `a` seed by seed on `metric` (seeds both arms ran).
+    fn pair(mut self, a: &ArmSummary, b: &ArmSummary, metric: &str) -> Self {
+        let (x, y) = aligned(&seeds_of(a, metric), &seeds_of(b, metric));
+        self.est = paired(&x, &y, self.scale);
+        self
+    }
+
+    /// One value per seed (no second arm).
+    fn one(mut self, v: &BTreeMap<i64, f64>) -> Self {
+        let y: Vec<f64> = v.values().copied().collect();
+        self.est = paired(&vec![0.0; y.len()], &y, Scale::Difference);
+        self
+    }
+
+    /// The effect in the claimed direction per seed (positive supports the claim).
+    fn toward_claim(&self) -> Vec<f64> {
+        let d = self.est.as_ref().map_or(&[][..], |e| &e.diffs[..]);
+        match self.claimed {
+            Claimed::Greater | Claimed::Describe => d.to_vec(),
+            Claimed::Less => d.iter().map(|x| -x).collect(),
+            Claimed::NotWorse => d.iter().map(|x| x + self.margin).collect(),
+        }
+    }
+
+    /// The one-sided p-values of the claim and of its negation.
+    fn test(&mut self) {
+        let Some(e) = &self.est else { return };
+        if e.n < 2 || self.claimed == Claimed::Describe {
+            return;
+        }
+        let d = &e.diffs;
+        let shift = |s: f64, k: f64| d.iter().map(|x| s * x + k).collect::<Vec<f64>>();
+        self.p = sign_flip_p_greater(&self.toward_claim());
+        self.p_not = match self.claimed {
+            Claimed::NotWorse => sign_flip_p_greater(&shift(-1.0, -self.margin)),
+            _ => sign_flip_p_greater(&shift(1.0, self.margin))
+                .max(sign_flip_p_greater(&shift(-1.0, self.margin))),
+        };
+    }
+
+    /// Seeds at which the claim's one-sided test at level `alpha` has [`POWER`] against the
+    /// observed effect: the t approximation, and at least the log2(1/α) seeds a sign-flip test
+    /// needs to reach α at all. None when the estimate points away from the claim.
+    fn seeds_to_resolve(&self, alpha: f64) -> Option<usize> {
+        let t = self.toward_claim();
+        let n = t.len() as f64;
+        let m = t.iter().sum::<f64>() / n;
+        let sd = (t.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+        if m.is_nan() || m <= 0.0 {
+            return None;
+        }
+        let floor = (1.0 / alpha).log2().ceil() as usize;
+        let dz = if sd > 0.0 { m / sd } else { f64::INFINITY };
+        let by_t = if dz.is_finite() {
+            seeds_needed(dz, 2.0 * alpha, POWER)?
+        } else {
+            0
+        };
+        Some(by_t.max(floor))
+    }
+}
+
+/// Per seed, the arm's per-cell value of `metric`.
+fn seeds_of(a: &ArmSummary, metric: &str) -> BTreeMap<i64, f64> {
+    a.per_seed
+        .get(metric)
+        .map(|v| a.seed_ids.iter().copied().zip(v.iter().copied()).collect())
+        .unwrap_or_default()
+}
+
+/// The values of the seeds both maps hold, in seed order.
+fn aligned(a: &BTreeMap<i64, f64>, b: &BTreeMap<i64, f64>) -> (Vec<f64>, Vec<f64>) {
+    a.iter()
+        .filter_map(|(s, x)| b.get(s).map(|y| (*x, *y)))
+        .unzip()
+}
+
+/// What the endpoints of one regime need.
+pub struct RegimeData<'a> {
+    pub name: &'a str,
+    pub arms: &'a Arms,
+    pub frames: &'a RunFrames,
+    /// Identical-arm groups ([`super::identical`]).
+    pub same: &'a [Vec<String>],
+    /// The rollout engine differs from the trainer in this regime.
+    pub mismatch: bool,
+}
+
+/// Per seed, the mean over the regime's distinct arms of a per-cell value.
+fn over_distinct_arms(r: &RegimeData, cells: &BTreeMap<(String, i64), f64>) -> BTreeMap<i64, f64> {
+    let mut per: BTreeMap<i64, (f64, usize)> = BTreeMap::new();
+    for ((arm, seed), v) in cells {
+        if super::identical::is_repeat(r.same, arm) || !v.is_finite() {
+            continue;
+        }
+        let e = per.entry(*seed).or_default();
+        e.0 += v;
+        e.1 += 1;
+    }
+    per.into_iter()
+        .map(|(s, (sum, n))| (s, sum / n as f64))
+        .collect()
+}
+
+/// Are `a` and `b` in one identical-arm group?
+fn twins(same: &[Vec<String>], a: &str, b: &str) -> bool {
+    same.iter()
+        .any(|g| g.iter().any(|x| x == a) && g.iter().any(|x| x == b))
+}
+
+fn name(a: &ArmSummary) -> String {
+    format!("`{}`", a.name)
+}
+
+/// The endpoints of one regime, in claim order. Arms are found by what they are.
+pub fn declare(r: &RegimeData) -> Result<Vec<Endpoint>> {
+    let reg = r.name;
+    let a = r.arms;
+    let mut out = Vec::new();
+    let (g, r2, r3) = (
+        a.grpo(RoutingMode::Native),
+        a.grpo(RoutingMode::R2),
+        a.grpo(RoutingMode::R3),
+    );
+    // (a) drift per update of GRPO without replay, beside the paper's ~10%.
+    if let Some(g) = g {
+        out.push(
+            Endpoint::new(
+                'a',
+                reg,
+                format!(
+                    "share of activated experts that change per update, {}",
+                    name(g)
+                ),
+                Scale::Difference,
+                Claimed::Describe,
+            )
+            .reference(0.10, "GSPO paper, 48-layer MoE")
+            .one(&seeds_of(g, "drift_expert_frac")),
+        );
+    }
+    // (b) final reward of GRPO with replay minus without; ratio explosions (secondary).
+    if let Some(g) = g {
+        for rep in [r2, r3].into_iter().flatten() {
+            let mut e = Endpoint::new(
+                'b',
+                reg,
+                format!("final reward, {} − {}", name(rep), name(g)),
+                Scale::Difference,
+                Claimed::Greater,
+            )
+            .pair(g, rep, "final_reward");
+            if let (Some(x), true) = (r2, rep.routing == "r3")
+                && twins(r.same, &x.name, &rep.name)
+            {
+                e.note = Some(format!(
+                    "same as {} (identical arms): not counted twice",
+                    name(x)
+                ));
+                e.primary = false;
+            }
+            out.push(e);
+        }
+        if let Some(rep) = r2 {
+            out.push(
+                Endpoint::new(
+                    'b',
+                    reg,
+                    format!(
+                        "cells with a token-ratio explosion, {} − {}",
+                        name(g),
+                        name(rep)
+                    ),
+                    Scale::Difference,
+                    Claimed::Greater,
+                )
+                .margin(0.5)
+                .secondary()
+                .pair(rep, g, "ratio_explosion"),
+            );
+        }
+    }
+    // (c) GSPO without replay not worse than GRPO with R2.
+    if let (Some(gs), Some(rep)) = (a.gspo(), r2) {
+        out.push(
+            Endpoint::new(
+                'c',
+                reg,
+                format!("final reward, {} − {}", name(gs), name(rep)),
+                Scale::Difference,
+                Claimed::NotWorse,
+            )
+            .pair(rep, gs, "final_reward"),
+        );
+    }
+    // (d) GSPO clips more tokens than GRPO.
+    if let (Some(gs), Some(g)) = (a.gspo(), g) {
+        out.push(
+            Endpoint::new(
+                'd',
+                reg,
+                format!("clipped-token fraction, ln({} / {})", name(gs), name(g)),
+                Scale::LogRatio,
+                Claimed::Greater,
+            )
+            .reference((0.15f64 / 0.0013).ln(), "GSPO paper: 0.15 vs 0.0013")
+            .pair(g, gs, "clip_frac_tok"),
+        );
+    }
+    // (e) token vs sequence ratio variance, and the growth with length, cell by cell.
+    let var = off_policy_variances(&r.frames.updates)?;
+    let tok_over_seq: BTreeMap<(String, i64), f64> = var
+        .iter()
+        .map(|(k, (t, s))| (k.clone(), (t / s).ln()))
+        .collect();
+    if !tok_over_seq.is_empty() {
+        out.push(
+            Endpoint::new(
+                'e',
+                reg,
+                "ln(token / sequence ratio variance), off-policy updates, mean over distinct arms"
+                    .into(),
+                Scale::LogRatio,
+                Claimed::Greater,
+            )
+            .margin(2f64.ln())
+            .one(&over_distinct_arms(r, &tok_over_seq)),
+        );
+    }
+    let bins = cell_bins(&r.frames.lengths)?;
+    if !bins.is_empty() {
+        let beta = |f: fn(&super::lengths::Bin) -> f64| -> BTreeMap<(String, i64), f64> {
+            bins.iter()
+                .map(|(k, b)| (k.clone(), length_exponent(b, f)))
+                .collect()
+        };
+        let sum = Endpoint::new(
+            'e',
+            reg,
+            "β of Var(Σ_t log w) ∝ length^β, within cells, mean over distinct arms".into(),
+            Scale::Difference,
+            Claimed::Greater,
+        )
+        .margin(EXPONENT_MARGIN)
+        .reference(1.0, "independent token log-ratios")
+        .one(&over_distinct_arms(r, &beta(|b| b.sum_var)));
+        out.push(sum);
+        out.push(
+            Endpoint::new(
+                'e',
+                reg,
+                "β of Var(mean_t log w) ∝ length^β, within cells, mean over distinct arms".into(),
+                Scale::Difference,
+                Claimed::Describe,
+            )
+            .margin(EXPONENT_MARGIN)
+            .reference(-1.0, "independent token log-ratios")
+            .one(&over_distinct_arms(r, &beta(|b| b.mean_var))),
+        );
+    }
+    // (f) the engine–trainer KL: MoE above dense, R3 below native. Only where the engine
+    // differs from the trainer: elsewhere both are float rounding.
+    if r.mismatch {
+        if let (Some(d), Some(g)) = (a.dense(), g) {
+            out.push(
+                Endpoint::new(
+                    'f',
+                    reg,
+                    format!(
+                        "mismatch k3 KL, ln({} (MoE) / {} (dense))",
+                        name(g),
+                        name(d)
+                    ),
+                    Scale::LogRatio,
+                    Claimed::Greater,
+                )
+                .reference((1.5e-3f64 / 6.4e-4).ln(), "R3 paper: 1.5e-3 vs 6.4e-4")
+                .pair(d, g, "mismatch_kl_k3"),
+            );
+        }
+        if let (Some(g), Some(r3)) = (g, r3) {
+            out.push(
+                Endpoint::new(
+                    'f',
+                    reg,
+                    format!("mismatch k3 KL, ln({} / {})", name(r3), name(g)),
+                    Scale::LogRatio,
+                    Claimed::Less,
+                )
+                .reference((7.5e-4f64 / 1.5e-3).ln(), "R3 paper: 7.5e-4 vs 1.5e-3")
+                .pair(g, r3, "mismatch_kl_k3"),
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Test every endpoint, adjust the primary ones with Holm (claims and negations as two
+/// families), and give each its verdict.
+pub fn evaluate(eps: &mut [Endpoint]) {
+    for e in eps.iter_mut() {
+        e.test();
+    }
+    let prim: Vec<usize> = (0..eps.len())
+        .filter(|&i| eps[i].primary && eps[i].p.is_finite())
+        .collect();
+    let m = prim.len().max(1);
+    let adj = super::paired::holm(&prim.iter().map(|&i| eps[i].p).collect::<Vec<_>>());
+    let adj_not = super::paired::holm(&prim.iter().map(|&i| eps[i].p_not).collect::<Vec<_>>());
+    for (k, &i) in prim.iter().enumerate() {
+        eps[i].p_holm = adj[k];
+        eps[i].p_not_holm = adj_not[k];
+    }
+    let alpha = ALPHA / m as f64;
+    for e in eps.iter_mut() {
+        e.verdict = if !e.primary {
+            Verdict::Secondary
+        } else if e.p_holm < ALPHA {
+            Verdict::Holds
+        } else if e.p_not_holm < ALPHA {
+            Verdict::DoesNotHold
+        } else {
+            Verdict::Inconclusive {
+                seeds: e
+                    .est
+                    .as_ref()
+                    .filter(|x| x.n >= 2)
+                    .and_then(|_| e.seeds_to_resolve(alpha)),
+            }
+        };
+    }
+}
+
+/// The verdict in words.
+pub fn verdict_text(e: &Endpoint) -> String {
+    let n = e.est.as_ref().map_or(0, |x| x.n);
+    match &e.verdict {
+        Verdict::Holds => format!("**holds** (p_Holm = {})", p_text(e.p_holm)),
+        Verdict::DoesNotHold => match e.claimed {
+            Claimed::NotWorse => format!(
+                "**does not hold**: worse by more than δ = {} (p_Holm = {})",
+                num(e.margin),
+                p_text(e.p_not_holm)
+            ),
+            _ => format!(
+                "**does not hold**: equivalent within ±{} (TOST p_Holm = {})",
+                num(e.margin),
+                p_text(e.p_not_holm)
+            ),
+        },
+        Verdict::Inconclusive { .. } if n < 2 => format!("inconclusive at {n} seeds"),
+        Verdict::Inconclusive { seeds: Some(k) } => {
+            format!("inconclusive at {n} seeds (≈{k} would resolve it at the observed effect)")
+        }
+        Verdict::Inconclusive { seeds: None } => {
+            format!("inconclusive at {n} seeds (the estimate points away from the claim)")
+        }
+        Verdict::Secondary => e.note.clone().unwrap_or_else(|| {
+            if e.claimed == Claimed::Describe {
+                "measured (no test)".into()
+            } else {
+                format!("secondary (p = {}, not adjusted)", p_text(e.p))
+            }
+        }),
+    }
+}
+
+/// A p-value as the report prints it.
+pub fn p_text(p: f64) -> String {
+    if !p.is_finite() {
+        "n/a".into()
+    } else if p < 0.001 {
+        format!("{p:.1e}")
+    } else {
+        format!("{p:.3}")
+    }
+}
+
+/// A number as the report prints it ("n/a" when not finite).
+pub fn num(x: f64) -> String {
+    if x.is_finite() {
+        super::markdown::sig(x)
+    } else {
+        "n/a".into()
+    }
+}
+
+/// Does the rollout engine of `regime` differ from the trainer?
+pub fn regime_has_mismatch(info: &RunInfo, regime: &str) -> bool {
+    info.cells
+        .iter()
+        .any(|c| c.regime == regime && c.rl.mismatch != crate::rl::Mismatch::None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep(claimed: Claimed, diffs: &[f64]) -> Endpoint {
+        let mut e = Endpoint::new('x', "r", "x".into(), Scale::Difference, claimed);
+        let zeros = vec![0.0; diffs.len()];
+        e.est = paired(&zeros, diffs, Scale::Difference);
+        e
+    }
+
+    #[test]
+    fn verdicts_follow_the_adjusted_tests() {
+        // Ten seeds all in the claimed direction: p = 1/1024; with two primaries Holm gives
+        // 2/1024 < 0.05.
+        let up: Vec<f64> = (1..=10).map(|i| 0.1 + 0.01 * i as f64).collect();
+        // Ten tiny differences of both signs: equivalent within ±0.05.
+        let flat: Vec<f64> = (0..10)
+            .map(|i| if i % 2 == 0 { 0.001 } else { -0.001 })
+            .collect();
+        let mut eps = vec![ep(Claimed::Greater, &up), ep(Claimed::Greater, &flat)];
+        evaluate(&mut eps);
+        assert_eq!(eps[0].verdict, Verdict::Holds);
+        assert!((eps[0].p - 1.0 / 1024.0).abs() < 1e-15);
+        assert!((eps[0].p_holm - 2.0 / 1024.0).abs() < 1e-15);
+        assert_eq!(eps[1].verdict, Verdict::DoesNotHold);
+        // Three seeds can never hold: 1/8 > 0.05.
+        let mut few = vec![ep(Claimed::Greater, &up[..3])];
+        evaluate(&mut few);
+        assert!(matches!(few[0].verdict, Verdict::Inconclusive { seeds: Some(k) } if k >= 5));
+        // Against the claim: no seed count would resolve it.
+        let down: Vec<f64> = up.iter().map(|x| -x).collect();
+        let mut against = vec![ep(Claimed::Greater, &down)];
+        evaluate(&mut against);
+        assert_eq!(against[0].verdict, Verdict::Inconclusive { seeds: None });
+    }
+
+    #[test]
+    fn non_inferiority_and_less_use_their_own_direction() {
+        // Slightly negative, far inside −δ: not worse.
+        let small: Vec<f64> = (0..10).map(|i| -0.01 + 0.001 * i as f64).collect();
+        let mut eps = vec![ep(Claimed::NotWorse, &small)];
+        evaluate(&mut eps);
+        assert_eq!(eps[0].verdict, Verdict::Holds);
+        // Much worse than −δ: does not hold.
+        let worse: Vec<f64> = (0..10).map(|i| -0.2 - 0.001 * i as f64).collect();
+        let mut eps = vec![ep(Claimed::NotWorse, &worse)];
+        evaluate(&mut eps);
+        assert_eq!(eps[0].verdict, Verdict::DoesNotHold);
+        let mut eps = vec![ep(Claimed::Less, &worse)];
+        evaluate(&mut eps);
+        assert_eq!(eps[0].verdict, Verdict::Holds);
+    }
+
+    #[test]
+    fn secondary_endpoints_do_not_count_toward_m() {
+        let up: Vec<f64> = (1..=10).map(|i| 0.1 + 0.01 * i as f64).collect();
+        let mut eps = vec![
+            ep(Claimed::Greater, &up),
+            ep(Claimed::Greater, &up).secondary(),
+        ];
+        evaluate(&mut eps);
+        assert!((eps[0].p_holm - 1.0 / 1024.0).abs() < 1e-15, "m = 1");
+        assert_eq!(eps[1].verdict, Verdict::Secondary);
+        assert!(eps[1].p_holm.is_nan());
+    }
+}
