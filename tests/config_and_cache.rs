@@ -119,6 +119,31 @@ fn cold_start_is_deterministic_on_flex() {
     assert_ne!(a.losses, c.losses, "another seed gives another run");
 }
 
+/// A last-bit draw moves the initial weights by one ulp: a run of its own that stays
+/// deterministic, and differs from the undrawn one only at rounding level at first.
+#[test]
+fn a_last_bit_draw_is_a_deterministic_rounding_level_change() {
+    let task = sort_task(0);
+    let drawn = ColdStartConfig {
+        ulp_jitter: Some(1),
+        ..short_cs()
+    };
+    let a = train(&tiny_cfg(), &task, &short_cs(), 11, &flex(), None).unwrap();
+    let d1 = train(&tiny_cfg(), &task, &drawn, 11, &flex(), None).unwrap();
+    let d2 = train(&tiny_cfg(), &task, &drawn, 11, &flex(), None).unwrap();
+    assert_eq!(d1.losses, d2.losses, "a draw is deterministic");
+    assert_eq!(d1.model.weights.to_host(), d2.model.weights.to_host());
+    assert_ne!(a.losses, d1.losses, "a draw changes the bits");
+    let rel = (a.losses[0] - d1.losses[0]).abs() / a.losses[0];
+    assert!(rel < 1e-5, "the first loss moves by rounding only: {rel}");
+    let other = ColdStartConfig {
+        ulp_jitter: Some(2),
+        ..short_cs()
+    };
+    let d3 = train(&tiny_cfg(), &task, &other, 11, &flex(), None).unwrap();
+    assert_ne!(d1.losses, d3.losses, "another draw, other bits");
+}
+
 #[test]
 fn cache_is_reused_and_a_corrupt_file_is_rebuilt() {
     let dir = std::env::temp_dir().join(format!("driftlab-cache-test-{}", std::process::id()));

@@ -342,10 +342,21 @@ fn regimes_override_settings_and_get_their_own_plots() {
             .map(|a| a.mismatch_route_frac.mean)
             .collect::<Vec<_>>()
     );
-    for r in ["natural", "mismatch"] {
-        assert!(o.out.join("plots").join(r).join("reward.png").exists());
-    }
     let md = std::fs::read_to_string(o.out.join("report.md")).unwrap();
+    // Every figure of every regime, as non-empty PNG and SVG, embedded in report.md.
+    for r in ["natural", "mismatch"] {
+        for p in PLOTS {
+            for ext in ["png", "svg"] {
+                let f = o.out.join("plots").join(r).join(format!("{p}.{ext}"));
+                let len = std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0);
+                assert!(len > 1000, "{} is missing or empty", f.display());
+            }
+            assert!(
+                md.contains(&format!("(plots/{r}/{p}.svg)")),
+                "{p} of {r} embedded"
+            );
+        }
+    }
     assert!(
         md.contains("## Regimes")
             && md.contains("| natural | none | all |")
