@@ -181,7 +181,11 @@ mod tests {
             assert!(l1d.is_some_and(|c| c.size_kib > 0), "{:?}", h.caches);
         }
         if cfg!(all(target_os = "linux", target_env = "gnu")) {
-            assert!(h.libc.as_deref().is_some_and(|v| v.starts_with("2.")), "{:?}", h.libc);
+            assert!(
+                h.libc.as_deref().is_some_and(|v| v.starts_with("2.")),
+                "{:?}",
+                h.libc
+            );
         }
     }
 }

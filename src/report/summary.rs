@@ -171,6 +171,45 @@ fn event_counts(events: &DataFrame) -> Result<HashMap<String, EventCounts>> {
     Ok(out)
 }
 
+/// Every event as (label, seed, kind).
+fn event_cells(ev: &DataFrame) -> Result<Vec<(String, i64, String)>> {
+    let (l, s, k) = (
+        str_col(ev, "label")?,
+        i64_col(ev, "seed")?,
+        str_col(ev, "kind")?,
+    );
+    Ok((0..l.len())
+        .map(|i| (l[i].clone(), s[i], k[i].clone()))
+        .collect())
+}
+
+/// Per seed of `label`, 1 where its cell had a ratio explosion (`ratio_explosion`) or a
+/// collapse (`collapsed`), else 0.
+fn event_flags(
+    cells: &[(String, i64, String)],
+    label: &str,
+    seeds: &[i64],
+) -> [(String, Vec<f64>); 2] {
+    let has = |seed: i64, kind: &dyn Fn(&str) -> bool| {
+        let hit = cells
+            .iter()
+            .any(|(l, s, k)| l == label && *s == seed && kind(k));
+        f64::from(u8::from(hit))
+    };
+    let explosion = EventKind::RatioExplosion.name();
+    let collapse = |k: &str| EventKind::parse(k).is_ok_and(EventKind::is_collapse);
+    [
+        (
+            "ratio_explosion".into(),
+            seeds.iter().map(|&s| has(s, &|k| k == explosion)).collect(),
+        ),
+        (
+            "collapsed".into(),
+            seeds.iter().map(|&s| has(s, &collapse)).collect(),
+        ),
+    ]
+}
+
 /// Per-(label, seed) values of the `means` columns of a per-cell table.
 fn cell_values(cells: &DataFrame, means: &[&str]) -> Result<HashMap<(String, i64), Vec<f64>>> {
     let (label, seed) = (str_col(cells, "label")?, i64_col(cells, "seed")?);
@@ -186,16 +225,16 @@ fn cell_values(cells: &DataFrame, means: &[&str]) -> Result<HashMap<(String, i64
         .collect())
 }
 
-pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
-    let multi = regimes(&f.steps).len() > 1;
-    let mut steps = labelled(&f.steps, multi)?;
+/// The steps frame per cell: identity, step means, the reward series and the last eval.
+fn step_cells(df: &DataFrame, multi: bool) -> Result<DataFrame> {
+    let mut steps = labelled(df, multi)?;
     if steps.column("ffn").is_err() {
         steps.with_column(Column::new(
             "ffn".into(),
             vec![String::new(); steps.height()],
         ))?;
     }
-    let steps = per_cell(
+    per_cell(
         &steps,
         &["regime", "arm", "algorithm", "routing", "ffn"],
         &STEP_MEANS,
@@ -203,23 +242,19 @@ pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
             col("reward_mean").drop_nulls().alias("rewards"),
             col("eval_accuracy").drop_nulls().last().alias("final_eval"),
         ],
-    )?;
+    )
+}
+
+pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
+    let multi = regimes(&f.steps).len() > 1;
+    let steps = step_cells(&f.steps, multi)?;
     let updates = cell_values(
         &per_cell(&labelled(&f.updates, multi)?, &[], &UPDATE_MEANS, vec![])?,
         &UPDATE_MEANS,
     )?;
     let ev = labelled(&f.events, multi)?;
     let events = event_counts(&ev)?;
-    let ev_cells: Vec<(String, i64, String)> = {
-        let (l, s, k) = (
-            str_col(&ev, "label")?,
-            i64_col(&ev, "seed")?,
-            str_col(&ev, "kind")?,
-        );
-        (0..l.len())
-            .map(|i| (l[i].clone(), s[i], k[i].clone()))
-            .collect()
-    };
+    let ev_cells = event_cells(&ev)?;
     let label = str_col(&steps, "label")?;
     let seed = i64_col(&steps, "seed")?;
     let (regime, arm) = (str_col(&steps, "regime")?, str_col(&steps, "arm")?);
@@ -259,12 +294,6 @@ pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
             per_seed.insert(name.into(), v);
             m
         };
-        let cell_has = |j: usize, kind: &dyn Fn(&str) -> bool| -> f64 {
-            let hit = ev_cells
-                .iter()
-                .any(|(el, es, ek)| el == l && *es == seed[j] && kind(ek));
-            f64::from(u8::from(hit))
-        };
         let (collapses, collapsed_cells, warned_cells) = events.get(l).cloned().unwrap_or_default();
         let fev: Vec<f64> = rows
             .iter()
@@ -277,23 +306,8 @@ pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
         let ratio_seq_var = over_seeds(&updates, UPDATE_MEANS[4], 4);
         let mismatch_kl_k3 = over_seeds(&step_means, STEP_MEANS[0], 0);
         let mismatch_route_frac = over_seeds(&step_means, STEP_MEANS[1], 1);
-        let explosion = EventKind::RatioExplosion.name();
-        per_seed.insert(
-            "ratio_explosion".into(),
-            rows.iter()
-                .map(|&j| cell_has(j, &|k| k == explosion))
-                .collect(),
-        );
-        per_seed.insert(
-            "collapsed".into(),
-            rows.iter()
-                .map(|&j| {
-                    cell_has(j, &|k| {
-                        EventKind::parse(k).is_ok_and(EventKind::is_collapse)
-                    })
-                })
-                .collect(),
-        );
+        let seeds: Vec<i64> = rows.iter().map(|&j| seed[j]).collect();
+        per_seed.extend(event_flags(&ev_cells, l, &seeds));
         per_seed.insert("final_reward".into(), fin.clone());
         per_seed.insert("final_eval".into(), fev.clone());
         per_seed.insert("steps_to_target".into(), stt.clone());
@@ -319,7 +333,7 @@ pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
             collapses,
             collapsed_cells,
             warned_cells,
-            seed_ids: rows.iter().map(|&j| seed[j]).collect(),
+            seed_ids: seeds,
             per_seed,
         });
     }

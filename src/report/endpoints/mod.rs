@@ -10,14 +10,14 @@
 //! claimed difference, or "worse by more than δ" for a claimed non-inferiority. Otherwise the
 //! verdict is "inconclusive at n seeds", with the seeds that would resolve it.
 
-use super::lengths::{cell_bins, length_exponent, off_policy_variances};
-use super::load::RunFrames;
+mod declare;
+
+pub use declare::{RegimeData, declare};
+
 use super::paired::{Paired, Scale, paired, seeds_needed, sign_flip_p_greater};
-use super::roles::Arms;
 use super::run_info::RunInfo;
 use super::summary::ArmSummary;
-use crate::rl::RoutingMode;
-use anyhow::Result;
+use declare::{aligned, seeds_of};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -192,241 +192,6 @@ impl Endpoint {
     }
 }
 
-/// Per seed, the arm's per-cell value of `metric`.
-fn seeds_of(a: &ArmSummary, metric: &str) -> BTreeMap<i64, f64> {
-    a.per_seed
-        .get(metric)
-        .map(|v| a.seed_ids.iter().copied().zip(v.iter().copied()).collect())
-        .unwrap_or_default()
-}
-
-/// The values of the seeds both maps hold, in seed order.
-fn aligned(a: &BTreeMap<i64, f64>, b: &BTreeMap<i64, f64>) -> (Vec<f64>, Vec<f64>) {
-    a.iter()
-        .filter_map(|(s, x)| b.get(s).map(|y| (*x, *y)))
-        .unzip()
-}
-
-/// What the endpoints of one regime need.
-pub struct RegimeData<'a> {
-    pub name: &'a str,
-    pub arms: &'a Arms,
-    pub frames: &'a RunFrames,
-    /// Identical-arm groups ([`super::identical`]).
-    pub same: &'a [Vec<String>],
-    /// The rollout engine differs from the trainer in this regime.
-    pub mismatch: bool,
-}
-
-/// Per seed, the mean over the regime's distinct arms of a per-cell value.
-fn over_distinct_arms(r: &RegimeData, cells: &BTreeMap<(String, i64), f64>) -> BTreeMap<i64, f64> {
-    let mut per: BTreeMap<i64, (f64, usize)> = BTreeMap::new();
-    for ((arm, seed), v) in cells {
-        if super::identical::is_repeat(r.same, arm) || !v.is_finite() {
-            continue;
-        }
-        let e = per.entry(*seed).or_default();
-        e.0 += v;
-        e.1 += 1;
-    }
-    per.into_iter()
-        .map(|(s, (sum, n))| (s, sum / n as f64))
-        .collect()
-}
-
-/// Are `a` and `b` in one identical-arm group?
-fn twins(same: &[Vec<String>], a: &str, b: &str) -> bool {
-    same.iter()
-        .any(|g| g.iter().any(|x| x == a) && g.iter().any(|x| x == b))
-}
-
-fn name(a: &ArmSummary) -> String {
-    format!("`{}`", a.name)
-}
-
-/// The endpoints of one regime, in claim order. Arms are found by what they are.
-pub fn declare(r: &RegimeData) -> Result<Vec<Endpoint>> {
-    let reg = r.name;
-    let a = r.arms;
-    let mut out = Vec::new();
-    let (g, r2, r3) = (
-        a.grpo(RoutingMode::Native),
-        a.grpo(RoutingMode::R2),
-        a.grpo(RoutingMode::R3),
-    );
-    // (a) drift per update of GRPO without replay, beside the paper's ~10%.
-    if let Some(g) = g {
-        out.push(
-            Endpoint::new(
-                'a',
-                reg,
-                format!(
-                    "share of activated experts that change per update, {}",
-                    name(g)
-                ),
-                Scale::Difference,
-                Claimed::Describe,
-            )
-            .reference(0.10, "GSPO paper, 48-layer MoE")
-            .one(&seeds_of(g, "drift_expert_frac")),
-        );
-    }
-    // (b) final reward of GRPO with replay minus without; ratio explosions (secondary).
-    if let Some(g) = g {
-        for rep in [r2, r3].into_iter().flatten() {
-            let mut e = Endpoint::new(
-                'b',
-                reg,
-                format!("final reward, {} − {}", name(rep), name(g)),
-                Scale::Difference,
-                Claimed::Greater,
-            )
-            .pair(g, rep, "final_reward");
-            if let (Some(x), true) = (r2, rep.routing == "r3")
-                && twins(r.same, &x.name, &rep.name)
-            {
-                e.note = Some(format!(
-                    "same as {} (identical arms): not counted twice",
-                    name(x)
-                ));
-                e.primary = false;
-            }
-            out.push(e);
-        }
-        if let Some(rep) = r2 {
-            out.push(
-                Endpoint::new(
-                    'b',
-                    reg,
-                    format!(
-                        "cells with a token-ratio explosion, {} − {}",
-                        name(g),
-                        name(rep)
-                    ),
-                    Scale::Difference,
-                    Claimed::Greater,
-                )
-                .margin(0.5)
-                .secondary()
-                .pair(rep, g, "ratio_explosion"),
-            );
-        }
-    }
-    // (c) GSPO without replay not worse than GRPO with R2.
-    if let (Some(gs), Some(rep)) = (a.gspo(), r2) {
-        out.push(
-            Endpoint::new(
-                'c',
-                reg,
-                format!("final reward, {} − {}", name(gs), name(rep)),
-                Scale::Difference,
-                Claimed::NotWorse,
-            )
-            .pair(rep, gs, "final_reward"),
-        );
-    }
-    // (d) GSPO clips more tokens than GRPO.
-    if let (Some(gs), Some(g)) = (a.gspo(), g) {
-        out.push(
-            Endpoint::new(
-                'd',
-                reg,
-                format!("clipped-token fraction, ln({} / {})", name(gs), name(g)),
-                Scale::LogRatio,
-                Claimed::Greater,
-            )
-            .reference((0.15f64 / 0.0013).ln(), "GSPO paper: 0.15 vs 0.0013")
-            .pair(g, gs, "clip_frac_tok"),
-        );
-    }
-    // (e) token vs sequence ratio variance, and the growth with length, cell by cell.
-    let var = off_policy_variances(&r.frames.updates)?;
-    let tok_over_seq: BTreeMap<(String, i64), f64> = var
-        .iter()
-        .map(|(k, (t, s))| (k.clone(), (t / s).ln()))
-        .collect();
-    if !tok_over_seq.is_empty() {
-        out.push(
-            Endpoint::new(
-                'e',
-                reg,
-                "ln(token / sequence ratio variance), off-policy updates, mean over distinct arms"
-                    .into(),
-                Scale::LogRatio,
-                Claimed::Greater,
-            )
-            .margin(2f64.ln())
-            .one(&over_distinct_arms(r, &tok_over_seq)),
-        );
-    }
-    let bins = cell_bins(&r.frames.lengths)?;
-    if !bins.is_empty() {
-        let beta = |f: fn(&super::lengths::Bin) -> f64| -> BTreeMap<(String, i64), f64> {
-            bins.iter()
-                .map(|(k, b)| (k.clone(), length_exponent(b, f)))
-                .collect()
-        };
-        let sum = Endpoint::new(
-            'e',
-            reg,
-            "β of Var(Σ_t log w) ∝ length^β, within cells, mean over distinct arms".into(),
-            Scale::Difference,
-            Claimed::Greater,
-        )
-        .margin(EXPONENT_MARGIN)
-        .reference(1.0, "independent token log-ratios")
-        .one(&over_distinct_arms(r, &beta(|b| b.sum_var)));
-        out.push(sum);
-        out.push(
-            Endpoint::new(
-                'e',
-                reg,
-                "β of Var(mean_t log w) ∝ length^β, within cells, mean over distinct arms".into(),
-                Scale::Difference,
-                Claimed::Describe,
-            )
-            .margin(EXPONENT_MARGIN)
-            .reference(-1.0, "independent token log-ratios")
-            .one(&over_distinct_arms(r, &beta(|b| b.mean_var))),
-        );
-    }
-    // (f) the engine–trainer KL: MoE above dense, R3 below native. Only where the engine
-    // differs from the trainer: elsewhere both are float rounding.
-    if r.mismatch {
-        if let (Some(d), Some(g)) = (a.dense(), g) {
-            out.push(
-                Endpoint::new(
-                    'f',
-                    reg,
-                    format!(
-                        "mismatch k3 KL, ln({} (MoE) / {} (dense))",
-                        name(g),
-                        name(d)
-                    ),
-                    Scale::LogRatio,
-                    Claimed::Greater,
-                )
-                .reference((1.5e-3f64 / 6.4e-4).ln(), "R3 paper: 1.5e-3 vs 6.4e-4")
-                .pair(d, g, "mismatch_kl_k3"),
-            );
-        }
-        if let (Some(g), Some(r3)) = (g, r3) {
-            out.push(
-                Endpoint::new(
-                    'f',
-                    reg,
-                    format!("mismatch k3 KL, ln({} / {})", name(r3), name(g)),
-                    Scale::LogRatio,
-                    Claimed::Less,
-                )
-                .reference((7.5e-4f64 / 1.5e-3).ln(), "R3 paper: 7.5e-4 vs 1.5e-3")
-                .pair(g, r3, "mismatch_kl_k3"),
-            );
-        }
-    }
-    Ok(out)
-}
-
 /// Test every endpoint, adjust the primary ones with Holm (claims and negations as two
 /// families), and give each its verdict.
 pub fn evaluate(eps: &mut [Endpoint]) {
@@ -527,6 +292,7 @@ pub fn regime_has_mismatch(info: &RunInfo, regime: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::paired::paired;
 
     fn ep(claimed: Claimed, diffs: &[f64]) -> Endpoint {
         let mut e = Endpoint::new('x', "r", "x".into(), Scale::Difference, claimed);

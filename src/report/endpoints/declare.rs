@@ -1,0 +1,272 @@
+//! The endpoints each claim declares for one regime.
+
+use super::{Claimed, EXPONENT_MARGIN, Endpoint};
+use crate::report::lengths::{Bin, cell_bins, length_exponent, off_policy_variances};
+use crate::report::load::RunFrames;
+use crate::report::paired::Scale;
+use crate::report::roles::Arms;
+use crate::report::summary::ArmSummary;
+use crate::rl::RoutingMode;
+use anyhow::Result;
+use std::collections::BTreeMap;
+
+/// Per seed, the arm's per-cell value of `metric`.
+pub(super) fn seeds_of(a: &ArmSummary, metric: &str) -> BTreeMap<i64, f64> {
+    a.per_seed
+        .get(metric)
+        .map(|v| a.seed_ids.iter().copied().zip(v.iter().copied()).collect())
+        .unwrap_or_default()
+}
+
+/// The values of the seeds both maps hold, in seed order.
+pub(super) fn aligned(a: &BTreeMap<i64, f64>, b: &BTreeMap<i64, f64>) -> (Vec<f64>, Vec<f64>) {
+    a.iter()
+        .filter_map(|(s, x)| b.get(s).map(|y| (*x, *y)))
+        .unzip()
+}
+
+/// What the endpoints of one regime need.
+pub struct RegimeData<'a> {
+    pub name: &'a str,
+    pub arms: &'a Arms,
+    pub frames: &'a RunFrames,
+    /// Identical-arm groups ([`super::identical`]).
+    pub same: &'a [Vec<String>],
+    /// The rollout engine differs from the trainer in this regime.
+    pub mismatch: bool,
+}
+
+/// Per seed, the mean over the regime's distinct arms of a per-cell value.
+fn over_distinct_arms(r: &RegimeData, cells: &BTreeMap<(String, i64), f64>) -> BTreeMap<i64, f64> {
+    let mut per: BTreeMap<i64, (f64, usize)> = BTreeMap::new();
+    for ((arm, seed), v) in cells {
+        if crate::report::identical::is_repeat(r.same, arm) || !v.is_finite() {
+            continue;
+        }
+        let e = per.entry(*seed).or_default();
+        e.0 += v;
+        e.1 += 1;
+    }
+    per.into_iter()
+        .map(|(s, (sum, n))| (s, sum / n as f64))
+        .collect()
+}
+
+/// Are `a` and `b` in one identical-arm group?
+fn twins(same: &[Vec<String>], a: &str, b: &str) -> bool {
+    same.iter()
+        .any(|g| g.iter().any(|x| x == a) && g.iter().any(|x| x == b))
+}
+
+fn name(a: &ArmSummary) -> String {
+    format!("`{}`", a.name)
+}
+
+/// The endpoints of one regime, in claim order. Arms are found by what they are.
+pub fn declare(r: &RegimeData) -> Result<Vec<Endpoint>> {
+    let mut out = Vec::new();
+    drift_share(r, &mut out);
+    replay(r, &mut out);
+    gspo_stable(r, &mut out);
+    gspo_clips(r, &mut out);
+    ratio_variance(r, &mut out)?;
+    mismatch(r, &mut out);
+    Ok(out)
+}
+
+/// (a) drift per update of GRPO without replay, beside the paper's ~10%.
+fn drift_share(r: &RegimeData, out: &mut Vec<Endpoint>) {
+    if let Some(g) = r.arms.grpo(RoutingMode::Native) {
+        out.push(
+            Endpoint::new(
+                'a',
+                r.name,
+                format!(
+                    "share of activated experts that change per update, {}",
+                    name(g)
+                ),
+                Scale::Difference,
+                Claimed::Describe,
+            )
+            .reference(0.10, "GSPO paper, 48-layer MoE")
+            .one(&seeds_of(g, "drift_expert_frac")),
+        );
+    }
+}
+
+/// (b) final reward of GRPO with replay minus without; ratio explosions (secondary).
+fn replay(r: &RegimeData, out: &mut Vec<Endpoint>) {
+    let a = r.arms;
+    let (Some(g), r2, r3) = (
+        a.grpo(RoutingMode::Native),
+        a.grpo(RoutingMode::R2),
+        a.grpo(RoutingMode::R3),
+    ) else {
+        return;
+    };
+    for rep in [r2, r3].into_iter().flatten() {
+        let mut e = Endpoint::new(
+            'b',
+            r.name,
+            format!("final reward, {} − {}", name(rep), name(g)),
+            Scale::Difference,
+            Claimed::Greater,
+        )
+        .pair(g, rep, "final_reward");
+        if let (Some(x), true) = (r2, rep.routing == "r3")
+            && twins(r.same, &x.name, &rep.name)
+        {
+            e.note = Some(format!(
+                "same as {} (identical arms): not counted twice",
+                name(x)
+            ));
+            e.primary = false;
+        }
+        out.push(e);
+    }
+    if let Some(rep) = r2 {
+        out.push(
+            Endpoint::new(
+                'b',
+                r.name,
+                format!(
+                    "cells with a token-ratio explosion, {} − {}",
+                    name(g),
+                    name(rep)
+                ),
+                Scale::Difference,
+                Claimed::Greater,
+            )
+            .margin(0.5)
+            .secondary()
+            .pair(rep, g, "ratio_explosion"),
+        );
+    }
+}
+
+/// (c) GSPO without replay not worse than GRPO with R2.
+fn gspo_stable(r: &RegimeData, out: &mut Vec<Endpoint>) {
+    if let (Some(gs), Some(rep)) = (r.arms.gspo(), r.arms.grpo(RoutingMode::R2)) {
+        out.push(
+            Endpoint::new(
+                'c',
+                r.name,
+                format!("final reward, {} − {}", name(gs), name(rep)),
+                Scale::Difference,
+                Claimed::NotWorse,
+            )
+            .pair(rep, gs, "final_reward"),
+        );
+    }
+}
+
+/// (d) GSPO clips more tokens than GRPO.
+fn gspo_clips(r: &RegimeData, out: &mut Vec<Endpoint>) {
+    if let (Some(gs), Some(g)) = (r.arms.gspo(), r.arms.grpo(RoutingMode::Native)) {
+        out.push(
+            Endpoint::new(
+                'd',
+                r.name,
+                format!("clipped-token fraction, ln({} / {})", name(gs), name(g)),
+                Scale::LogRatio,
+                Claimed::Greater,
+            )
+            .reference((0.15f64 / 0.0013).ln(), "GSPO paper: 0.15 vs 0.0013")
+            .pair(g, gs, "clip_frac_tok"),
+        );
+    }
+}
+
+/// (e) token vs sequence ratio variance, and the growth with length, cell by cell.
+fn ratio_variance(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()> {
+    let var = off_policy_variances(&r.frames.updates)?;
+    let tok_over_seq: BTreeMap<(String, i64), f64> = var
+        .iter()
+        .map(|(k, (t, s))| (k.clone(), (t / s).ln()))
+        .collect();
+    if !tok_over_seq.is_empty() {
+        out.push(
+            Endpoint::new(
+                'e',
+                r.name,
+                "ln(token / sequence ratio variance), off-policy updates, mean over distinct arms"
+                    .into(),
+                Scale::LogRatio,
+                Claimed::Greater,
+            )
+            .margin(2f64.ln())
+            .one(&over_distinct_arms(r, &tok_over_seq)),
+        );
+    }
+    let bins = cell_bins(&r.frames.lengths)?;
+    if !bins.is_empty() {
+        let beta = |f: fn(&Bin) -> f64| -> BTreeMap<(String, i64), f64> {
+            bins.iter()
+                .map(|(k, b)| (k.clone(), length_exponent(b, f)))
+                .collect()
+        };
+        let sum = Endpoint::new(
+            'e',
+            r.name,
+            "β of Var(Σ_t log w) ∝ length^β, within cells, mean over distinct arms".into(),
+            Scale::Difference,
+            Claimed::Greater,
+        )
+        .margin(EXPONENT_MARGIN)
+        .reference(1.0, "independent token log-ratios")
+        .one(&over_distinct_arms(r, &beta(|b| b.sum_var)));
+        out.push(sum);
+        out.push(
+            Endpoint::new(
+                'e',
+                r.name,
+                "β of Var(mean_t log w) ∝ length^β, within cells, mean over distinct arms".into(),
+                Scale::Difference,
+                Claimed::Describe,
+            )
+            .margin(EXPONENT_MARGIN)
+            .reference(-1.0, "independent token log-ratios")
+            .one(&over_distinct_arms(r, &beta(|b| b.mean_var))),
+        );
+    }
+    Ok(())
+}
+
+/// (f) the engine–trainer KL: MoE above dense, R3 below native. Only where the engine
+/// differs from the trainer: elsewhere both are float rounding.
+fn mismatch(r: &RegimeData, out: &mut Vec<Endpoint>) {
+    let (a, g) = (r.arms, r.arms.grpo(RoutingMode::Native));
+    let r3 = a.grpo(RoutingMode::R3);
+    if r.mismatch {
+        if let (Some(d), Some(g)) = (a.dense(), g) {
+            out.push(
+                Endpoint::new(
+                    'f',
+                    r.name,
+                    format!(
+                        "mismatch k3 KL, ln({} (MoE) / {} (dense))",
+                        name(g),
+                        name(d)
+                    ),
+                    Scale::LogRatio,
+                    Claimed::Greater,
+                )
+                .reference((1.5e-3f64 / 6.4e-4).ln(), "R3 paper: 1.5e-3 vs 6.4e-4")
+                .pair(d, g, "mismatch_kl_k3"),
+            );
+        }
+        if let (Some(g), Some(r3)) = (g, r3) {
+            out.push(
+                Endpoint::new(
+                    'f',
+                    r.name,
+                    format!("mismatch k3 KL, ln({} / {})", name(r3), name(g)),
+                    Scale::LogRatio,
+                    Claimed::Less,
+                )
+                .reference((7.5e-4f64 / 1.5e-3).ln(), "R3 paper: 7.5e-4 vs 1.5e-3")
+                .pair(g, r3, "mismatch_kl_k3"),
+            );
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! The figures built from several frames or from the endpoints: the length-binned variance,
+//! the drift heatmap, the mechanism chain and the forest plot.
+
+use super::{Curves, band_chart, curves, line, mean_band, reference};
+use crate::metrics::frames::{f64_col, i64_col, str_col};
+use crate::report::charts::{
+    ForestRow, HeatPanel, Heatmap, LineChart, RefLine, Stack, spans_decades,
+};
+use crate::report::endpoints::{Claimed, Endpoint, Verdict};
+use crate::report::lengths::cell_bins;
+use crate::report::load::{RunFrames, distinct};
+use crate::report::summary::labelled;
+use anyhow::Result;
+use polars::prelude::*;
+use std::collections::BTreeMap;
+
+/// Var(Σ_t log w) and Var(mean_t log w) per length bin: per seed the mean over the regime's
+/// distinct arms of each cell's pooled bin variance, then mean ± 95% band over seeds.
+pub(super) fn variance_by_length(f: &RunFrames, same: &[Vec<String>]) -> Result<LineChart> {
+    let bins = cell_bins(&f.lengths)?;
+    // seed → bin → (Σ sum_var, Σ mean_var, Σ len_mean, arms)
+    type Acc = BTreeMap<i64, BTreeMap<i64, (f64, f64, f64, usize)>>;
+    let mut acc: Acc = BTreeMap::new();
+    for ((arm, seed), bs) in &bins {
+        if crate::report::identical::is_repeat(same, arm) {
+            continue;
+        }
+        for b in bs.iter().filter(|b| b.df >= crate::report::lengths::MIN_DF) {
+            let e = acc.entry(*seed).or_default().entry(b.len_lo).or_default();
+            e.0 += b.sum_var;
+            e.1 += b.mean_var;
+            e.2 += b.len_mean;
+            e.3 += 1;
+        }
+    }
+    let per = |which: usize| -> BTreeMap<i64, Vec<(f64, f64)>> {
+        acc.iter()
+            .map(|(s, m)| {
+                let pts = m
+                    .iter()
+                    .map(|(lo, v)| {
+                        let y = if which == 0 { v.0 } else { v.1 };
+                        (*lo as f64, y / v.3 as f64)
+                    })
+                    .collect();
+                (*s, pts)
+            })
+            .collect()
+    };
+    let mut tok = mean_band("Var(Σ_t log w): the token ratios' product", &per(0));
+    let mut seq = mean_band("Var(mean_t log w): GSPO's length-normalised ratio", &per(1));
+    // Place each bin at its mean length over cells.
+    let mut at: BTreeMap<i64, (f64, usize)> = BTreeMap::new();
+    for m in acc.values() {
+        for (lo, v) in m {
+            let e = at.entry(*lo).or_default();
+            e.0 += v.2 / v.3 as f64;
+            e.1 += 1;
+        }
+    }
+    let x = |lo: f64| at.get(&(lo as i64)).map_or(lo, |(s, n)| s / *n as f64);
+    for s in [&mut tok, &mut seq] {
+        s.points.iter_mut().for_each(|p| p.0 = x(p.0));
+        s.band.iter_mut().for_each(|b| b.0 = x(b.0));
+    }
+    Ok(line(
+        "Log-ratio variance per response-length bin (off-policy updates; 95% band over seeds)",
+        "response length (tokens, bin mean)",
+        "variance over responses",
+        vec![tok, seq],
+        true,
+    ))
+}
+
+/// Drift per (layer, step), mean over seeds and minibatches, one panel per distinct arm.
+pub(super) fn drift_heatmap(f: &RunFrames, multi: bool, same: &[Vec<String>]) -> Result<Heatmap> {
+    let mut panels = Vec::new();
+    if f.layers.height() > 0 {
+        let df = labelled(&f.layers, multi)?;
+        let g = df
+            .lazy()
+            .filter(col("drift_expert_frac").is_not_null())
+            .group_by_stable([col("label"), col("arm"), col("layer"), col("step")])
+            .agg([col("drift_expert_frac").mean().alias("v")])
+            .collect()?;
+        let (label, arm) = (str_col(&g, "label")?, str_col(&g, "arm")?);
+        let (layer, step, v) = (
+            i64_col(&g, "layer")?,
+            i64_col(&g, "step")?,
+            f64_col(&g, "v")?,
+        );
+        for name in distinct(label.iter().cloned()) {
+            let rows: Vec<usize> = (0..g.height()).filter(|&i| label[i] == name).collect();
+            if crate::report::identical::is_repeat(same, &arm[rows[0]]) {
+                continue;
+            }
+            let n_layers = rows.iter().map(|&i| layer[i]).max().unwrap_or(0) as usize + 1;
+            let steps: Vec<i64> = {
+                let mut s: Vec<i64> = rows.iter().map(|&i| step[i]).collect();
+                s.sort();
+                s.dedup();
+                s
+            };
+            let mut values = vec![vec![f64::NAN; steps.len()]; n_layers];
+            for &i in &rows {
+                let c = steps.binary_search(&step[i]).expect("step listed");
+                values[layer[i] as usize][c] = v[i].unwrap_or(f64::NAN);
+            }
+            panels.push(HeatPanel {
+                title: name,
+                rows: n_layers,
+                cols: steps.iter().map(|&s| s as f64).collect(),
+                values,
+            });
+        }
+    }
+    let log = spans_decades(
+        panels
+            .iter()
+            .flat_map(|p| p.values.iter().flatten().copied()),
+    );
+    Ok(Heatmap {
+        title: "Expert drift per update by layer and step, mean over seeds; grey: none".into(),
+        x_label: "RL step".into(),
+        y_label: "MoE layer".into(),
+        log,
+        panels,
+    })
+}
+
+/// Drift → token ratios → clipping → reward, aligned on the step axis, for the regime's
+/// distinct arms.
+pub(super) fn mechanism(f: &RunFrames, multi: bool, same: &[Vec<String>]) -> Result<Stack> {
+    let keep = |c: Curves| -> Curves {
+        c.into_iter()
+            .filter(|(l, _)| {
+                !crate::report::identical::is_repeat(same, l.rsplit('/').next().unwrap_or(l))
+            })
+            .collect()
+    };
+    let panel =
+        |df: &DataFrame, column: &str, y: &str, log: bool, smooth: bool| -> Result<LineChart> {
+            let c = keep(curves(df, multi, "step", column)?);
+            let (series, _) = band_chart(&c, smooth);
+            let refs: Vec<RefLine> = if column == "drift_expert_frac" {
+                vec![reference(0.10, "GSPO paper: ~10% (48 layers)")]
+            } else {
+                vec![]
+            };
+            let log = log
+                && spans_decades(
+                    series
+                        .iter()
+                        .flat_map(|s| s.points.iter().map(|p| p.1))
+                        .chain(refs.iter().map(|r| r.y)),
+                );
+            let mut chart = line("", "RL step", y, series, log);
+            chart.refs = refs;
+            Ok(chart)
+        };
+    let drift = panel(
+        &f.updates,
+        "drift_expert_frac",
+        "drift per update",
+        true,
+        false,
+    )?;
+    Ok(Stack {
+        title: "Mechanism: drift per update → token-ratio extremes and spread → clipping → reward (mean over seeds, 95% band)".into(),
+        panels: vec![
+            drift,
+            panel(&f.updates, "ratio_tok_max", "largest token ratio", true, false)?,
+            panel(&f.updates, "ratio_tok_var", "token-ratio variance", true, false)?,
+            panel(&f.updates, "clip_frac_tok", "clipped-token fraction", true, false)?,
+            panel(&f.steps, "reward_mean", "reward (EMA 0.9)", false, true)?,
+        ],
+    })
+}
+
+/// An endpoint's description short enough for a forest-plot row.
+fn compact(what: &str) -> String {
+    let mut s = what.replace('`', "");
+    for cut in [
+        ", mean over distinct arms",
+        ", within cells",
+        ", off-policy updates",
+        "share of activated experts that change ",
+    ] {
+        s = s.replace(cut, "");
+    }
+    if s.chars().count() > 60 {
+        s = s.chars().take(59).collect::<String>() + "…";
+    }
+    s
+}
+
+/// The forest plot of one regime's endpoints: effects in units of their margin δ.
+pub(super) fn forest(eps: &[&Endpoint], regime: &str) -> crate::report::charts::Forest {
+    let rows = eps
+        .iter()
+        .filter(|e| e.claimed != Claimed::Describe)
+        .filter_map(|e| {
+            let x = e.est.as_ref()?;
+            let d = e.margin;
+            Some(ForestRow {
+                label: format!("({}) {}", e.claim, compact(&e.what)),
+                effect: x.mean / d,
+                ci: (x.t_ci.0 / d, x.t_ci.1 / d),
+                reference: e.reference.as_ref().map(|r| r.0 / d),
+                tone: match e.verdict {
+                    Verdict::Holds => 0,
+                    Verdict::DoesNotHold => 1,
+                    Verdict::Inconclusive { .. } => 2,
+                    Verdict::Secondary => 3,
+                },
+            })
+        })
+        .collect();
+    crate::report::charts::Forest {
+        title: format!("Regime {regime}: paired effects with 95% t intervals, in units of δ"),
+        x_label: "effect / δ (0: no effect; grey band: within ±δ)".into(),
+        rows,
+        tones: ["holds", "does not hold", "inconclusive", "secondary"]
+            .map(String::from)
+            .to_vec(),
+    }
+}
