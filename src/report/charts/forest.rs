@@ -37,7 +37,8 @@ fn tone(t: usize) -> RGBColor {
 }
 
 impl Forest {
-    /// The x range: every interval and paper value, and ±1.5 δ at least; with its padding.
+    /// The x range: every interval and paper value, and ±1.5 δ at least; with its padding
+    /// (the chart leaves eight paddings on the right for the legend).
     fn x_range(&self) -> (f64, f64, f64) {
         let mut xs: Vec<f64> = vec![-1.5, 1.5];
         for r in &self.rows {
@@ -117,7 +118,7 @@ impl Chart for Forest {
             .caption(&self.title, ("sans-serif", 18))
             .margin(10)
             .x_label_area_size(40)
-            .build_cartesian_2d((lo - pad)..(hi + pad), 0f64..n as f64)
+            .build_cartesian_2d((lo - pad)..(hi + 8.0 * pad), 0f64..n as f64)
             .map_err(err)?;
         chart
             .configure_mesh()

@@ -242,7 +242,7 @@ impl LineChart {
         DB::ErrorType: 'static,
     {
         for (i, lines) in self.faint.iter().enumerate() {
-            let color = palette(i).mix(0.25);
+            let color = palette(i).mix(0.12);
             for l in lines {
                 let pts: Vec<(f64, f64)> = l
                     .iter()
@@ -253,9 +253,14 @@ impl LineChart {
                     .map_err(err)?;
             }
         }
-        for r in &self.refs {
+        for (k, r) in self.refs.iter().enumerate() {
             let Some(y) = self.ty(r.y) else { continue };
-            let grey = RGBColor(90, 90, 90);
+            // Dark, distinct from the series palette: grey, dark red, dark green.
+            let grey = [
+                RGBColor(90, 90, 90),
+                RGBColor(150, 30, 30),
+                RGBColor(30, 110, 50),
+            ][k % 3];
             chart
                 .draw_series(DashedLineSeries::new(
                     vec![(x0, y), (x1, y)],
@@ -284,7 +289,7 @@ impl LineChart {
                 chart
                     .draw_series(std::iter::once(Polygon::new(
                         poly,
-                        color.mix(0.18).filled(),
+                        color.mix(0.12).filled(),
                     )))
                     .map_err(err)?;
             }

@@ -206,15 +206,36 @@ fn clip_bars(f: &RunFrames) -> Result<BarChart> {
     })
 }
 
+/// Identical arms drawn once: the group's first arm named "a = b", the others dropped with
+/// their faint lines (their rewards and accuracies are the same bits).
+fn merge_twins(chart: &mut LineChart, same: &[Vec<String>]) {
+    let mut keep = Vec::new();
+    for (i, s) in chart.series.iter_mut().enumerate() {
+        if super::identical::is_repeat(same, &s.name) {
+            continue;
+        }
+        if let Some(g) = same.iter().find(|g| g[0] == s.name) {
+            s.name = g.join(" = ");
+        }
+        keep.push(i);
+    }
+    chart.series = keep_only(std::mem::take(&mut chart.series), &keep);
+    chart.faint = keep_only(std::mem::take(&mut chart.faint), &keep);
+}
+
+fn keep_only<T>(v: Vec<T>, keep: &[usize]) -> Vec<T> {
+    v.into_iter()
+        .enumerate()
+        .filter(|(i, _)| keep.contains(i))
+        .map(|(_, x)| x)
+        .collect()
+}
+
 /// Every plot of one regime's frames under `pdir`.
-fn plots_in(
-    pdir: &Path,
-    f: &RunFrames,
-    regime: &str,
-    eps: &[&Endpoint],
-    multi: bool,
-) -> Result<()> {
+fn plots_in(pdir: &Path, f: &RunFrames, regime: &str, eps: &[&Endpoint]) -> Result<()> {
     std::fs::create_dir_all(pdir).with_context(|| format!("creating {}", pdir.display()))?;
+    // One regime's frames: series are named by arm alone.
+    let multi = false;
     let same = super::identical::identical_groups(&f.steps)?;
     let mismatch = eps.iter().any(|e| e.claim == 'f');
     forest(eps, regime).save(pdir, "forest")?;
@@ -228,6 +249,7 @@ fn plots_in(
     );
     chart.faint = faint;
     chart.markers = event_markers(f, multi, &chart.series)?;
+    merge_twins(&mut chart, &same);
     chart.save(pdir, "reward")?;
     let (series, faint) = band_chart(&curves(&f.steps, multi, "step", "eval_accuracy")?, false);
     let mut eval = line(
@@ -238,6 +260,7 @@ fn plots_in(
         false,
     );
     eval.faint = faint;
+    merge_twins(&mut eval, &same);
     eval.save(pdir, "eval_accuracy")?;
     mechanism(f, multi, &same)?.save(pdir, "mechanism")?;
     clip_bars(f)?.save(pdir, "clip_frac")?;
@@ -291,18 +314,12 @@ pub fn make_plots(dir: &Path, f: &RunFrames, eps: &[Endpoint]) -> Result<Vec<(St
     let mine = |r: &str| eps.iter().filter(|e| e.regime == r).collect::<Vec<_>>();
     if regs.len() <= 1 {
         let r = regs.first().cloned().unwrap_or_default();
-        plots_in(&dir.join("plots"), f, &r, &mine(&r), false)?;
+        plots_in(&dir.join("plots"), f, &r, &mine(&r))?;
         return Ok(vec![(r, "plots".into())]);
     }
     let mut out = Vec::new();
     for r in regs {
-        plots_in(
-            &dir.join("plots").join(&r),
-            &f.regime(&r)?,
-            &r,
-            &mine(&r),
-            true,
-        )?;
+        plots_in(&dir.join("plots").join(&r), &f.regime(&r)?, &r, &mine(&r))?;
         out.push((r.clone(), format!("plots/{r}")));
     }
     Ok(out)

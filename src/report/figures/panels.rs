@@ -147,13 +147,16 @@ pub(super) fn mechanism(f: &RunFrames, multi: bool, same: &[Vec<String>]) -> Res
             } else {
                 vec![]
             };
-            let log = log
-                && spans_decades(
-                    series
-                        .iter()
-                        .flat_map(|s| s.points.iter().map(|p| p.1))
-                        .chain(refs.iter().map(|r| r.y)),
-                );
+            // The largest ratio is heavy-tailed (a band over seeds reaches below 0 on a
+            // linear axis): always logarithmic.
+            let log = column == "ratio_tok_max"
+                || log
+                    && spans_decades(
+                        series
+                            .iter()
+                            .flat_map(|s| s.points.iter().map(|p| p.1))
+                            .chain(refs.iter().map(|r| r.y)),
+                    );
             let mut chart = line("", "RL step", y, series, log);
             chart.refs = refs;
             Ok(chart)
