@@ -144,7 +144,7 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
             0,
             device,
             std::path::Path::new(crate::io::DEFAULT_CACHE_DIR),
-            Some(&indicatif::MultiProgress::new()),
+            &crate::progress::Progress::auto(),
         )
     };
     let softmax = cold(RouterKind::Softmax)?;

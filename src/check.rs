@@ -138,6 +138,70 @@ pub fn table(rows: &[Row], all: bool) -> String {
     s
 }
 
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&apos;")
+}
+
+/// A JUnit XML report of the compared values: one test case per arm and metric (class
+/// `check.<arm>`, name `<metric>`), a failure for each value beyond its tolerance with the
+/// measured and baseline values, so a CI system shows which stability metric moved.
+pub fn junit_xml(rows: &[Row], seconds: f64) -> String {
+    let f = |v: Option<f64>| v.map_or("missing".to_string(), |x| format!("{x:.6e}"));
+    let failures = rows.iter().filter(|r| !r.ok).count();
+    let mut s = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(
+        s,
+        "<testsuites name=\"driftlab check\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" time=\"{seconds:.3}\">",
+        rows.len()
+    );
+    let _ = writeln!(
+        s,
+        "  <testsuite name=\"stability metrics\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"0\" time=\"{seconds:.3}\">",
+        rows.len()
+    );
+    for r in rows {
+        let head = format!(
+            "    <testcase classname=\"check.{}\" name=\"{}\" time=\"0\"",
+            xml_escape(&r.arm),
+            xml_escape(&r.metric)
+        );
+        // The compared values and the tolerance, for CI systems that show properties.
+        let props = format!(
+            "      <properties>\n        <property name=\"measured\" value=\"{}\"/>\n        <property name=\"baseline\" value=\"{}\"/>\n        <property name=\"allowed\" value=\"{:.6e}\"/>\n      </properties>\n",
+            f(r.current),
+            f(r.baseline),
+            r.allowed
+        );
+        if r.ok {
+            let _ = write!(s, "{head}>\n{props}    </testcase>\n");
+            continue;
+        }
+        let moved = match (r.baseline, r.current) {
+            (Some(a), Some(b)) => format!("{:+.3e}", b - a),
+            _ => "–".into(),
+        };
+        let msg = format!(
+            "{} of {}: measured {}, baseline {}, moved {moved}, allowed ±{:.3e}",
+            r.metric,
+            r.arm,
+            f(r.current),
+            f(r.baseline),
+            r.allowed
+        );
+        let _ = writeln!(
+            s,
+            "{head}>\n{props}      <failure message=\"{m}\" type=\"regression\">{m}</failure>\n    </testcase>",
+            m = xml_escape(&msg)
+        );
+    }
+    s.push_str("  </testsuite>\n</testsuites>\n");
+    s
+}
+
 /// Per arm, per metric: the value the check compares.
 pub type ArmMetrics = BTreeMap<String, BTreeMap<String, f64>>;
 
@@ -151,13 +215,13 @@ pub fn measure(spec: &ExperimentSpec, opts: &RunOptions) -> Result<(ArmMetrics, 
     ))
 }
 
-/// Compare with (or, with `update`, rewrite) the baseline file. Errors when anything regressed.
-pub fn check(
+/// The current values compared with the baseline (None after rewriting it with `update`).
+fn measured_rows(
     spec: &ExperimentSpec,
     opts: &RunOptions,
     baseline: &Path,
     update: bool,
-) -> Result<String> {
+) -> Result<Option<Vec<Row>>> {
     let (current, _) = measure(spec, opts)?;
     if update {
         let b = Baseline {
@@ -169,7 +233,7 @@ pub fn check(
             std::fs::create_dir_all(dir)?;
         }
         crate::io::write_json(baseline, &b)?;
-        return Ok(format!("baseline rewritten: {}", baseline.display()));
+        return Ok(None);
     }
     let text = std::fs::read_to_string(baseline).with_context(|| {
         format!(
@@ -179,7 +243,45 @@ pub fn check(
     })?;
     let base: Baseline = serde_json::from_str(&text)
         .with_context(|| format!("parsing baseline {}", baseline.display()))?;
-    let rows = compare(&base, &current);
+    Ok(Some(compare(&base, &current)))
+}
+
+/// A JUnit report of a check that could not compare anything (the run or the baseline
+/// failed): one test case in error.
+fn junit_error(e: &anyhow::Error, seconds: f64) -> String {
+    let m = xml_escape(&format!("{e:#}"));
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"driftlab check\" tests=\"1\" failures=\"0\" errors=\"1\" time=\"{seconds:.3}\">\n  <testsuite name=\"stability metrics\" tests=\"1\" failures=\"0\" errors=\"1\" skipped=\"0\" time=\"{seconds:.3}\">\n    <testcase classname=\"check\" name=\"run and baseline\" time=\"{seconds:.3}\">\n      <error message=\"{m}\" type=\"error\">{m}</error>\n    </testcase>\n  </testsuite>\n</testsuites>\n"
+    )
+}
+
+/// Compare with (or, with `update`, rewrite) the baseline file, writing a JUnit report to
+/// `junit` when given (also when the run or the baseline fails). Errors when anything
+/// regressed.
+pub fn check(
+    spec: &ExperimentSpec,
+    opts: &RunOptions,
+    baseline: &Path,
+    update: bool,
+    junit: Option<&Path>,
+) -> Result<String> {
+    let started = std::time::Instant::now();
+    let write = |xml: String| -> Result<()> {
+        match junit {
+            Some(path) => crate::io::write_atomic(path, xml.as_bytes())
+                .with_context(|| format!("writing the JUnit report {}", path.display())),
+            None => Ok(()),
+        }
+    };
+    let rows = match measured_rows(spec, opts, baseline, update) {
+        Ok(Some(rows)) => rows,
+        Ok(None) => return Ok(format!("baseline rewritten: {}", baseline.display())),
+        Err(e) => {
+            write(junit_error(&e, started.elapsed().as_secs_f64()))?;
+            return Err(e);
+        }
+    };
+    write(junit_xml(&rows, started.elapsed().as_secs_f64()))?;
     if rows.iter().any(|r| !r.ok) {
         bail!(
             "stability metrics moved beyond their tolerances:\n{}",
@@ -191,4 +293,55 @@ pub fn check(
         rows.len(),
         table(&rows, true)
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn junit_reports_parse_and_mark_failures_and_errors() {
+        let row = |metric: &str, base: f64, cur: Option<f64>, ok| Row {
+            arm: "a<&>".into(),
+            metric: metric.into(),
+            baseline: Some(base),
+            current: cur,
+            allowed: 0.1,
+            ok,
+        };
+        let rows = vec![
+            row("final_reward", 0.5, Some(0.52), true),
+            row("drift_expert_frac", 0.01, Some(0.5), false),
+            row("clip_frac_tok", 0.2, None, false),
+        ];
+        let xml = junit_xml(&rows, 1.5);
+        let doc = roxmltree::Document::parse(&xml).unwrap();
+        let suite = doc
+            .descendants()
+            .find(|n| n.has_tag_name("testsuite"))
+            .unwrap();
+        assert_eq!(suite.attribute("tests"), Some("3"));
+        assert_eq!(suite.attribute("failures"), Some("2"));
+        let cases: Vec<_> = suite
+            .children()
+            .filter(|n| n.has_tag_name("testcase"))
+            .collect();
+        assert_eq!(cases[0].attribute("classname"), Some("check.a<&>"));
+        let failure = |c: &roxmltree::Node| {
+            c.children()
+                .find(|n| n.has_tag_name("failure"))
+                .and_then(|n| n.attribute("message").map(str::to_string))
+        };
+        assert_eq!(failure(&cases[0]), None);
+        let m = failure(&cases[1]).unwrap();
+        assert!(
+            m.contains("measured 5.000000e-1") && m.contains("baseline 1.000000e-2"),
+            "{m}"
+        );
+        assert!(failure(&cases[2]).unwrap().contains("measured missing"));
+        let err = junit_error(&anyhow::anyhow!("no baseline <here>"), 0.0);
+        let doc = roxmltree::Document::parse(&err).unwrap();
+        let e = doc.descendants().find(|n| n.has_tag_name("error")).unwrap();
+        assert_eq!(e.attribute("message"), Some("no baseline <here>"));
+    }
 }

@@ -60,7 +60,15 @@ pub enum Command {
         specs: PathBuf,
         #[arg(long, default_value = DEFAULT_CACHE_DIR)]
         cache_dir: PathBuf,
+        /// Also write a JUnit XML report (one test case per arm and metric) to this file.
+        #[arg(long)]
+        junit: Option<PathBuf>,
     },
+    /// Combine the shard folders of a run (<dir>/shards/*) into <dir>, then report.
+    Merge { dir: PathBuf },
+    /// Write (and with --submit, submit) a Slurm job array that runs an experiment one shard
+    /// per task, and a merge job that depends on it.
+    Slurm(crate::slurm::SlurmArgs),
     /// Rebuild summary, plots and report.md of a results folder from its Parquet files.
     Report { dir: PathBuf },
     /// Print the columns and dtypes of every frame (steps, updates, layers, events) as JSON.
@@ -135,4 +143,11 @@ pub struct ExperimentArgs {
     /// seeded by this number) to see which verdicts survive rounding-level changes.
     #[arg(long)]
     pub ulp_jitter: Option<u64>,
+    /// Run only shard i of n (cells whose canonical index ≡ i mod n) into <out>/shards/i-of-n;
+    /// combine the shards with `driftlab merge <out>`.
+    #[arg(long)]
+    pub shard: Option<crate::experiment::Shard>,
+    /// Keep the cells the output folder already finished; run only the others.
+    #[arg(long)]
+    pub resume: bool,
 }

@@ -6,10 +6,10 @@ use crate::hash::{derive_seed, fnv1a64};
 use crate::io::{write_atomic, write_json};
 use crate::model::{ForwardOptions, Model, ModelConfig, Weights, token_logp};
 use crate::optim::{AdamW, AdamWConfig};
+use crate::progress::Progress;
 use crate::task::{EOS, Problem, Task, TaskConfig};
 use anyhow::{Context, Result};
 use burn::tensor::Device;
-use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -210,7 +210,7 @@ pub fn train(
     cs: &ColdStartConfig,
     seed: u64,
     device: &Device,
-    progress: Option<&MultiProgress>,
+    progress: &Progress,
 ) -> Result<ColdStart> {
     cs.validate()?;
     let started = Instant::now();
@@ -234,15 +234,11 @@ pub fn train(
     };
     let mut opt = AdamW::new(opt_cfg, &model.weights);
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(derive_seed(seed, "coldstart-data"));
-    let bar = match progress {
-        Some(mp) => mp.add(ProgressBar::new(cs.max_steps as u64)),
-        None => ProgressBar::hidden(),
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "cold start {prefix} {bar:30} {pos}/{len} {msg} [{elapsed}<{eta}]",
-        )
-        .expect("valid template"),
+    let bar = progress.stage(
+        label(model_cfg, seed),
+        cs.max_steps as u64,
+        "steps",
+        "cold start {prefix} {bar:30} {pos}/{len} {msg} [{elapsed}<{eta}]",
     );
     bar.set_prefix(format!("{:?} seed {seed}", model_cfg.ffn).to_lowercase());
     let mut losses = Vec::new();
@@ -265,16 +261,20 @@ pub fn train(
         }
         losses.push(loss_v);
         steps += 1;
-        bar.inc(1);
+        let mut msg = None;
         if steps % cs.eval_every == 0 || steps == cs.max_steps {
             accuracy = evaluate(&model, task, seed);
-            bar.set_message(format!(
+            msg = Some(format!(
                 "loss {loss_v:.3} acc {:.2} (greedy {:.2})",
                 accuracy.sampled, accuracy.greedy
             ));
         }
+        bar.inc(1, msg);
     }
-    bar.finish_and_clear();
+    bar.finish(&format!(
+        "sampled accuracy {:.3} (greedy {:.3})",
+        accuracy.sampled, accuracy.greedy
+    ));
     Ok(ColdStart {
         model,
         steps,
@@ -283,6 +283,15 @@ pub fn train(
         from_cache: false,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// `cold start moe 2L seed 0`: how progress lines name a cold start.
+fn label(model_cfg: &ModelConfig, seed: u64) -> String {
+    format!(
+        "cold start {} {}L seed {seed}",
+        format!("{:?}", model_cfg.ffn).to_lowercase(),
+        model_cfg.n_layers
+    )
 }
 
 /// Where the cached checkpoint for this key lives.
@@ -297,8 +306,42 @@ struct CacheMeta {
     seconds: f64,
 }
 
+/// The cached cold start at `path`, if there is a usable one.
+fn load_cached(path: &Path, model_cfg: &ModelConfig, device: &Device) -> Option<ColdStart> {
+    if !path.exists() {
+        return None;
+    }
+    let loaded = std::fs::read(path)
+        .map_err(anyhow::Error::from)
+        .and_then(|b| Weights::from_bytes(model_cfg, &b, device))
+        .and_then(|w| {
+            let meta: CacheMeta =
+                serde_json::from_slice(&std::fs::read(path.with_extension("json"))?)?;
+            Ok((w, meta))
+        });
+    match loaded {
+        Ok((w, meta)) => Some(ColdStart {
+            model: Model::new(model_cfg.clone(), w, device),
+            steps: meta.steps,
+            accuracy: meta.accuracy,
+            losses: Vec::new(),
+            from_cache: true,
+            seconds: meta.seconds,
+        }),
+        Err(e) => {
+            eprintln!(
+                "warning: cached cold start {} is unusable ({e:#}); rebuilding it",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
 /// Load the cached cold start for these settings, or train and cache it. A corrupt or partial
-/// cache file is reported, discarded and rebuilt.
+/// cache file is rebuilt. Processes that need the same cold start at once (shards of a sweep)
+/// train it once: the first takes `<cache file>.lock`, the others wait for the cache file and
+/// load it.
 pub fn load_or_train(
     model_cfg: &ModelConfig,
     task: &Task,
@@ -306,45 +349,51 @@ pub fn load_or_train(
     seed: u64,
     device: &Device,
     cache_dir: &Path,
-    progress: Option<&MultiProgress>,
+    progress: &Progress,
 ) -> Result<ColdStart> {
+    use crate::lock::{Attempt, Lock};
     let key = cache_key(model_cfg, &task.cfg, cs, seed);
     let path = cache_path(cache_dir, &key);
-    let meta_path = path.with_extension("json");
-    if path.exists() {
-        let loaded = std::fs::read(&path)
-            .map_err(anyhow::Error::from)
-            .and_then(|b| Weights::from_bytes(model_cfg, &b, device))
-            .and_then(|w| {
-                let meta: CacheMeta = serde_json::from_slice(&std::fs::read(&meta_path)?)?;
-                Ok((w, meta))
-            });
-        match loaded {
-            Ok((w, meta)) => {
-                return Ok(ColdStart {
-                    model: Model::new(model_cfg.clone(), w, device),
-                    steps: meta.steps,
-                    accuracy: meta.accuracy,
-                    losses: Vec::new(),
-                    from_cache: true,
-                    seconds: meta.seconds,
-                });
-            }
-            Err(e) => eprintln!(
-                "warning: cached cold start {} is unusable ({e:#}); rebuilding it",
-                path.display()
-            ),
-        }
+    if let Some(c) = load_cached(&path, model_cfg, device) {
+        progress.note(&format!(
+            "{}: loaded from {} (sampled accuracy {:.3})",
+            label(model_cfg, seed),
+            path.display(),
+            c.accuracy.sampled
+        ));
+        return Ok(c);
     }
-    let cs_out = train(model_cfg, task, cs, seed, device, progress)?;
     std::fs::create_dir_all(cache_dir)
         .with_context(|| format!("creating cache dir {}", cache_dir.display()))?;
+    let lock_path = path.with_extension("lock");
+    let mut told = false;
+    let _lock = loop {
+        match Lock::try_acquire(&lock_path)? {
+            Attempt::Acquired(l) => break l,
+            Attempt::Held(holder) => {
+                if !told {
+                    eprintln!(
+                        "cold start {key} is being trained by '{holder}'; waiting for {}",
+                        path.display()
+                    );
+                    told = true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        }
+    };
+    // The holder before us may have finished it.
+    if let Some(c) = load_cached(&path, model_cfg, device) {
+        return Ok(c);
+    }
+    let cs_out = train(model_cfg, task, cs, seed, device, progress)?;
     let meta = CacheMeta {
         steps: cs_out.steps,
         accuracy: cs_out.accuracy,
         seconds: cs_out.seconds,
     };
-    write_json(&meta_path, &meta)?;
+    // The weights last: a reader that sees them sees their metadata.
+    write_json(&path.with_extension("json"), &meta)?;
     write_atomic(&path, &cs_out.model.weights.to_bytes())?;
     Ok(cs_out)
 }

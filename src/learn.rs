@@ -87,7 +87,7 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
             seed,
             device,
             &a.cache_dir,
-            Some(&indicatif::MultiProgress::new()),
+            &crate::progress::Progress::auto(),
         )?;
         let mut cfg = RlConfig {
             algorithm: algorithm.clone(),

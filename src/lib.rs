@@ -12,14 +12,17 @@ pub mod hash;
 pub mod host;
 pub mod io;
 pub mod learn;
+pub mod lock;
 pub mod metrics;
 pub mod model;
 pub mod names;
 pub mod optim;
 pub mod parallel;
+pub mod progress;
 pub mod report;
 pub mod rl;
 pub mod run;
+pub mod slurm;
 pub mod task;
 pub mod tensors;
 

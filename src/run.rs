@@ -8,7 +8,6 @@ use crate::report::write_report;
 use crate::task::{Task, TaskConfig, Tokenizer};
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
-use indicatif::MultiProgress;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -77,6 +76,7 @@ pub fn run(cli: Cli) -> Result<()> {
             baseline,
             specs,
             cache_dir,
+            junit,
         } => {
             let spec = find_spec(&specs, "check")?;
             let out = std::env::temp_dir().join(format!("driftlab-check-{}", std::process::id()));
@@ -86,11 +86,13 @@ pub fn run(cli: Cli) -> Result<()> {
                 device,
                 device_name,
                 cache_dir,
-                show_progress: false,
+                progress: crate::progress::Progress::Hidden,
+                shard: None,
+                resume: false,
                 stop: Arc::new(AtomicBool::new(false)),
                 on_step: None,
             };
-            let result = crate::check::check(&spec, &opts, &baseline, update);
+            let result = crate::check::check(&spec, &opts, &baseline, update, junit.as_deref());
             let _ = std::fs::remove_dir_all(&out);
             println!("{}", result?);
             Ok(())
@@ -109,6 +111,19 @@ pub fn run(cli: Cli) -> Result<()> {
             println!("{}", crate::metrics::schema::to_json()?);
             Ok(())
         }
+        Command::Merge { dir } => {
+            let statuses = crate::experiment::merge::merge(&dir)?;
+            let sums = write_report(&dir)?;
+            println!(
+                "merged {} cells into {}; wrote {} ({} arms)",
+                statuses.len(),
+                dir.display(),
+                dir.join("report.md").display(),
+                sums.len()
+            );
+            Ok(())
+        }
+        Command::Slurm(a) => crate::slurm::run(&a),
         Command::Report { dir } => {
             let sums = write_report(&dir)?;
             println!(
@@ -142,11 +157,11 @@ fn coldstart(device: &Device, a: ColdstartArgs) -> Result<()> {
         cs.max_steps = s;
     }
     let started = std::time::Instant::now();
-    let mp = MultiProgress::new();
+    let mp = crate::progress::Progress::auto();
     let out = if a.no_cache {
-        train(&model_cfg, &t, &cs, a.seed, device, Some(&mp))?
+        train(&model_cfg, &t, &cs, a.seed, device, &mp)?
     } else {
-        load_or_train(&model_cfg, &t, &cs, a.seed, device, &a.cache_dir, Some(&mp))?
+        load_or_train(&model_cfg, &t, &cs, a.seed, device, &a.cache_dir, &mp)?
     };
     println!(
         "cold start {}/{} seed {}: {} steps, eval accuracy sampled {:.3}, greedy {:.3}, {:.1}s{}",
@@ -163,7 +178,7 @@ fn coldstart(device: &Device, a: ColdstartArgs) -> Result<()> {
 }
 
 /// The spec of `driftlab experiment` with the command line's overrides applied.
-fn experiment_spec(a: &ExperimentArgs) -> Result<ExperimentSpec> {
+pub fn experiment_spec(a: &ExperimentArgs) -> Result<ExperimentSpec> {
     let mut spec = find_spec(&a.specs, &a.name)?;
     if a.quick {
         spec.seeds.truncate(1);
@@ -195,9 +210,11 @@ fn experiment_spec(a: &ExperimentArgs) -> Result<ExperimentSpec> {
 /// `driftlab experiment`: run every cell, then the report; Ctrl-C stops after the current step.
 fn experiment(device: Device, device_name: String, jobs: usize, a: ExperimentArgs) -> Result<()> {
     let spec = experiment_spec(&a)?;
-    let out = a
+    let root = a
         .out
+        .clone()
         .unwrap_or_else(|| std::path::PathBuf::from("results").join(&spec.name));
+    let out = a.shard.map_or(root.clone(), |s| s.dir(&root));
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let _ = ctrlc::set_handler(move || {
@@ -213,25 +230,38 @@ fn experiment(device: Device, device_name: String, jobs: usize, a: ExperimentArg
         out: out.clone(),
         device,
         device_name,
-        cache_dir: a.cache_dir,
-        show_progress: true,
+        cache_dir: a.cache_dir.clone(),
+        progress: crate::progress::Progress::auto(),
+        shard: a.shard,
+        resume: a.resume,
         stop: stop.clone(),
         on_step: None,
     };
     let started = std::time::Instant::now();
     let statuses = run_experiment(&spec, &opts)?;
-    write_report(&out)?;
+    // A shard's report would cover a slice of the cells; the merged folder gets the report.
+    if a.shard.is_none() {
+        write_report(&out)?;
+    }
     for s in &statuses {
         println!(
             "{:>10} {:>14} seed {}: {} after {} steps",
             s.regime, s.arm, s.seed, s.status, s.steps_done
         );
     }
-    println!(
-        "wrote {} ({:.0}s)",
-        out.join("report.md").display(),
-        started.elapsed().as_secs_f64()
-    );
+    match a.shard {
+        None => println!(
+            "wrote {} ({:.0}s)",
+            out.join("report.md").display(),
+            started.elapsed().as_secs_f64()
+        ),
+        Some(s) => println!(
+            "shard {s} wrote {} ({:.0}s); when every shard is done: driftlab merge {}",
+            out.display(),
+            started.elapsed().as_secs_f64(),
+            root.display()
+        ),
+    }
     if stop.load(Ordering::SeqCst) {
         bail!(
             "interrupted: the data computed so far is in {}",

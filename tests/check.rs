@@ -18,8 +18,8 @@ fn check_passes_on_main_and_fails_on_a_perturbed_baseline() {
     let spec = ExperimentSpec::load(Path::new("experiments/check.toml")).unwrap();
     let base_path = Path::new("results/baselines/check.json");
     let o = opts("pass");
-    let msg =
-        check(&spec, &o, base_path, false).expect("check passes against the committed baseline");
+    let msg = check(&spec, &o, base_path, false, None)
+        .expect("check passes against the committed baseline");
     assert!(msg.contains("check passed"));
 
     // Perturb a copy: one drift value beyond its tolerance, one clip fraction within it.
@@ -42,7 +42,44 @@ fn check_passes_on_main_and_fails_on_a_perturbed_baseline() {
     let copy = o.out.with_extension("baseline.json");
     std::fs::write(&copy, serde_json::to_string(&base).unwrap()).unwrap();
     let o2 = opts("fail");
-    let err = format!("{:#}", check(&spec, &o2, &copy, false).unwrap_err());
+    let junit = o2.out.with_extension("junit.xml");
+    let err = format!(
+        "{:#}",
+        check(&spec, &o2, &copy, false, Some(&junit)).unwrap_err()
+    );
+    // The JUnit report parses as XML and marks the perturbed metric, and only it, as failed.
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    let doc = roxmltree::Document::parse(&xml).expect("check --junit writes well-formed XML");
+    let suite = doc
+        .descendants()
+        .find(|n| n.has_tag_name("testsuite"))
+        .expect("a testsuite element");
+    let cases: Vec<_> = suite
+        .children()
+        .filter(|n| n.has_tag_name("testcase"))
+        .collect();
+    assert_eq!(
+        suite.attribute("tests"),
+        Some(cases.len().to_string().as_str())
+    );
+    assert!(cases.len() > 10);
+    let failed: Vec<_> = cases
+        .iter()
+        .filter(|c| c.children().any(|f| f.has_tag_name("failure")))
+        .collect();
+    assert_eq!(suite.attribute("failures"), Some("1"));
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].attribute("classname"), Some("check.grpo"));
+    assert_eq!(failed[0].attribute("name"), Some("drift_expert_frac"));
+    let msg = failed[0]
+        .children()
+        .find(|f| f.has_tag_name("failure"))
+        .and_then(|f| f.attribute("message"))
+        .unwrap();
+    assert!(
+        msg.contains("measured") && msg.contains("baseline"),
+        "{msg}"
+    );
     assert!(
         err.contains("REGRESSED") && err.contains("drift_expert_frac") && err.contains("grpo"),
         "{err}"
@@ -51,7 +88,7 @@ fn check_passes_on_main_and_fails_on_a_perturbed_baseline() {
         !err.contains("clip_frac_tok"),
         "a move within tolerance is not reported: {err}"
     );
-    for p in [&o.out, &o2.out, &copy] {
+    for p in [&o.out, &o2.out, &copy, &junit] {
         let _ = std::fs::remove_dir_all(p);
         let _ = std::fs::remove_file(p);
     }

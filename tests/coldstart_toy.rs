@@ -4,6 +4,7 @@ mod common;
 use common::flex;
 use driftlab::coldstart::{ColdStartConfig, train};
 use driftlab::model::ModelConfig;
+use driftlab::progress::Progress;
 use driftlab::task::{Task, TaskConfig, Tokenizer};
 
 #[test]
@@ -11,7 +12,7 @@ fn toy_sort_cold_start_reaches_the_band() {
     let cfg = ModelConfig::preset(driftlab::model::Preset::Toy, Tokenizer.vocab_size()).unwrap();
     let task = Task::new(TaskConfig::default(), 0).unwrap();
     let cs = ColdStartConfig::default();
-    let out = train(&cfg, &task, &cs, 0, &flex(), None).unwrap();
+    let out = train(&cfg, &task, &cs, 0, &flex(), &Progress::Hidden).unwrap();
     let acc = out.accuracy.sampled;
     assert!(
         out.steps < cs.max_steps,

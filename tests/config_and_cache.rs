@@ -4,6 +4,7 @@ mod common;
 use common::*;
 use driftlab::coldstart::{ColdStartConfig, cache_key, cache_path, load_or_train, train};
 use driftlab::model::{ModelConfig, Weights};
+use driftlab::progress::Progress;
 use driftlab::task::{Task, TaskConfig, TaskKind, Tokenizer};
 
 fn err(r: anyhow::Result<impl std::fmt::Debug>) -> String {
@@ -100,8 +101,24 @@ fn short_cs() -> ColdStartConfig {
 #[test]
 fn cold_start_is_deterministic_on_flex() {
     let task = sort_task(0);
-    let a = train(&tiny_cfg(), &task, &short_cs(), 11, &flex(), None).unwrap();
-    let b = train(&tiny_cfg(), &task, &short_cs(), 11, &flex(), None).unwrap();
+    let a = train(
+        &tiny_cfg(),
+        &task,
+        &short_cs(),
+        11,
+        &flex(),
+        &Progress::Hidden,
+    )
+    .unwrap();
+    let b = train(
+        &tiny_cfg(),
+        &task,
+        &short_cs(),
+        11,
+        &flex(),
+        &Progress::Hidden,
+    )
+    .unwrap();
     assert_eq!(a.losses.len(), 6);
     assert_eq!(a.losses, b.losses, "same seed, same losses");
     assert_eq!(
@@ -115,7 +132,15 @@ fn cold_start_is_deterministic_on_flex() {
         "the supervised loss goes down: {:?}",
         a.losses
     );
-    let c = train(&tiny_cfg(), &task, &short_cs(), 12, &flex(), None).unwrap();
+    let c = train(
+        &tiny_cfg(),
+        &task,
+        &short_cs(),
+        12,
+        &flex(),
+        &Progress::Hidden,
+    )
+    .unwrap();
     assert_ne!(a.losses, c.losses, "another seed gives another run");
 }
 
@@ -128,9 +153,17 @@ fn a_last_bit_draw_is_a_deterministic_rounding_level_change() {
         ulp_jitter: Some(1),
         ..short_cs()
     };
-    let a = train(&tiny_cfg(), &task, &short_cs(), 11, &flex(), None).unwrap();
-    let d1 = train(&tiny_cfg(), &task, &drawn, 11, &flex(), None).unwrap();
-    let d2 = train(&tiny_cfg(), &task, &drawn, 11, &flex(), None).unwrap();
+    let a = train(
+        &tiny_cfg(),
+        &task,
+        &short_cs(),
+        11,
+        &flex(),
+        &Progress::Hidden,
+    )
+    .unwrap();
+    let d1 = train(&tiny_cfg(), &task, &drawn, 11, &flex(), &Progress::Hidden).unwrap();
+    let d2 = train(&tiny_cfg(), &task, &drawn, 11, &flex(), &Progress::Hidden).unwrap();
     assert_eq!(d1.losses, d2.losses, "a draw is deterministic");
     assert_eq!(d1.model.weights.to_host(), d2.model.weights.to_host());
     assert_ne!(a.losses, d1.losses, "a draw changes the bits");
@@ -140,7 +173,7 @@ fn a_last_bit_draw_is_a_deterministic_rounding_level_change() {
         ulp_jitter: Some(2),
         ..short_cs()
     };
-    let d3 = train(&tiny_cfg(), &task, &other, 11, &flex(), None).unwrap();
+    let d3 = train(&tiny_cfg(), &task, &other, 11, &flex(), &Progress::Hidden).unwrap();
     assert_ne!(d1.losses, d3.losses, "another draw, other bits");
 }
 
@@ -150,9 +183,11 @@ fn cache_is_reused_and_a_corrupt_file_is_rebuilt() {
     let _ = std::fs::remove_dir_all(&dir);
     let task = sort_task(0);
     let cs = short_cs();
-    let first = load_or_train(&tiny_cfg(), &task, &cs, 5, &flex(), &dir, None).unwrap();
+    let first =
+        load_or_train(&tiny_cfg(), &task, &cs, 5, &flex(), &dir, &Progress::Hidden).unwrap();
     assert!(!first.from_cache);
-    let second = load_or_train(&tiny_cfg(), &task, &cs, 5, &flex(), &dir, None).unwrap();
+    let second =
+        load_or_train(&tiny_cfg(), &task, &cs, 5, &flex(), &dir, &Progress::Hidden).unwrap();
     assert!(second.from_cache);
     assert_eq!(
         second.model.weights.to_host(),
@@ -166,7 +201,8 @@ fn cache_is_reused_and_a_corrupt_file_is_rebuilt() {
     let path = cache_path(&dir, &cache_key(&tiny_cfg(), &task.cfg, &cs, 5));
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() - 10]).unwrap();
-    let third = load_or_train(&tiny_cfg(), &task, &cs, 5, &flex(), &dir, None).unwrap();
+    let third =
+        load_or_train(&tiny_cfg(), &task, &cs, 5, &flex(), &dir, &Progress::Hidden).unwrap();
     assert!(!third.from_cache, "a truncated cache file is rebuilt");
     assert_eq!(
         third.model.weights.to_host(),

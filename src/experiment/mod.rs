@@ -1,9 +1,13 @@
 //! Named experiments: specs, the cells they resolve to, and the runner over those cells.
 
 pub mod cell;
+pub mod merge;
+pub mod resume;
 pub mod runner;
+pub mod shard;
 pub mod spec;
 
 pub use cell::CellConfig;
-pub use runner::{CellStatus, RunOptions, run_experiment};
+pub use runner::{CellState, CellStatus, RunOptions, run_experiment};
+pub use shard::Shard;
 pub use spec::{ArmSpec, ExperimentSpec, RegimeSpec};

@@ -2,6 +2,7 @@
 //! are flushed to Parquet every few steps, so an interrupted run keeps what it computed.
 
 use super::cell::CellConfig;
+use super::shard::Shard;
 use super::spec::ExperimentSpec;
 use crate::coldstart::{ColdStart, load_or_train};
 use crate::generate::Sampling;
@@ -13,13 +14,13 @@ use crate::metrics::rows::{
     update_row,
 };
 use crate::parallel::work_queue;
+use crate::progress::{Progress, Stage};
 use crate::rl::{StepOutput, Trainer};
 use crate::task::Task;
 use anyhow::{Context, Result};
 use burn::tensor::Device;
-use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use rand::SeedableRng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -34,7 +35,12 @@ pub struct RunOptions {
     pub device: Device,
     pub device_name: String,
     pub cache_dir: PathBuf,
-    pub show_progress: bool,
+    /// Bars, plain lines (stderr not a terminal) or nothing.
+    pub progress: Progress,
+    /// Run only this shard's cells (into `out`, which the caller points at the shard's folder).
+    pub shard: Option<Shard>,
+    /// Keep the finished cells already in `out` and run only the others.
+    pub resume: bool,
     /// Set (by Ctrl-C, or a test) to stop after the current step; data is flushed.
     pub stop: Arc<AtomicBool>,
     /// Cells run at once (each on its own thread).
@@ -62,7 +68,7 @@ impl PartialEq<&str> for CellState {
 }
 
 /// Final state of one cell.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct CellStatus {
     pub regime: String,
     pub arm: String,
@@ -84,9 +90,16 @@ struct RunConfig<'a> {
     /// CPU model and kernel-relevant features (see [`crate::host`]).
     host: crate::host::Host,
     start_unix: u64,
+    /// The shard this folder holds (`cells` lists every cell of the spec; `ran` the
+    /// canonical indices of this shard's).
+    shard: Option<Shard>,
+    ran: Vec<usize>,
+    /// Finished cells kept from an earlier run of this folder (`--resume`).
+    resumed: usize,
 }
 
-fn git_commit() -> Option<String> {
+/// The commit of the working directory's checkout, if any.
+pub(crate) fn git_commit() -> Option<String> {
     let out = std::process::Command::new("git")
         .args(["rev-parse", "HEAD"])
         .output()
@@ -108,69 +121,65 @@ pub fn greedy_eval(model: &crate::model::Model, task: &Task) -> f64 {
     crate::coldstart::accuracy(&model.inner(), task, &task.eval, &s, &mut rng)
 }
 
-/// Run the experiment; returns the status of every cell. Frames, `config.json` and
-/// `status.json` are written under `opts.out`.
+/// Run the experiment (this shard's cells of it); returns the status of every cell run or kept.
+/// Frames, `config.json` and `status.json` are written under `opts.out`.
 pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<CellStatus>> {
-    let cells = spec.resolve(&opts.device_name)?;
+    let all = spec.resolve(&opts.device_name)?;
+    let ran: Vec<usize> = (0..all.len())
+        .filter(|&i| opts.shard.is_none_or(|s| s.selects(i)))
+        .collect();
     std::fs::create_dir_all(&opts.out).with_context(|| {
         format!(
             "cannot create output folder {} (is it writable?)",
             opts.out.display()
         )
     })?;
-    let start_unix = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let cfg = RunConfig {
-        spec,
-        cells: &cells,
-        crate_version: env!("CARGO_PKG_VERSION"),
-        git_commit: git_commit(),
-        device: &opts.device_name,
-        host: crate::host::Host::detect(),
-        start_unix,
-    };
-    write_json(&opts.out.join("config.json"), &cfg)
-        .with_context(|| format!("cannot write into {}", opts.out.display()))?;
-
-    let mp = if opts.show_progress {
-        MultiProgress::new()
+    let prior = if opts.resume {
+        super::resume::load(&opts.out, &all, opts.shard)?
     } else {
-        MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden())
+        // A fresh run in an old folder: nothing of the old run may pass for this one's (a later
+        // `--resume` or `merge` trusts status.json).
+        super::resume::clear(&opts.out)?;
+        super::resume::Prior::default()
     };
-    let total = cells.iter().map(|c| c.steps as u64).sum();
-    let overall = mp.add(ProgressBar::new(total));
-    overall.set_style(
-        ProgressStyle::with_template("{prefix:>10} {bar:30} {pos}/{len} steps [{elapsed}<{eta}]")
-            .expect("template"),
+    let kept: std::collections::BTreeSet<_> = prior
+        .finished
+        .iter()
+        .map(|s| (s.regime.clone(), s.arm.clone(), s.seed))
+        .collect();
+    write_config(spec, &all, opts, &ran, kept.len())?;
+
+    let mine: Vec<&CellConfig> = ran.iter().map(|&i| &all[i]).collect();
+    let todo: Vec<usize> = (0..mine.len())
+        .filter(|&j| !kept.contains(&super::resume::name_of(mine[j])))
+        .collect();
+    let total = todo.iter().map(|&j| mine[j].steps as u64).sum();
+    let overall = opts.progress.stage(
+        format!("{} ({} cells)", spec.name, todo.len()),
+        total,
+        "steps",
+        "{prefix:>10} {bar:30} {pos}/{len} steps [{elapsed}<{eta}]",
     );
     overall.set_prefix(spec.name.clone());
 
-    // Cold starts first, `jobs` at a time: cells with the same model, task, cold-start
-    // settings and seed share one cached model, and each cold start is deterministic whichever
-    // worker trains it.
-    let mut keys: Vec<String> = Vec::new();
-    let mut firsts: Vec<&CellConfig> = Vec::new();
-    for c in &cells {
-        let key = c.coldstart_key();
-        if !keys.contains(&key) {
-            keys.push(key);
-            firsts.push(c);
-        }
-    }
-    work_queue(firsts.len(), opts.jobs, |i| {
-        if opts.stop.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        cold_start(firsts[i], opts, &mp).map(|_| ())
-    })?;
+    let todo_cells: Vec<&CellConfig> = todo.iter().map(|&j| mine[j]).collect();
+    cold_starts(&todo_cells, opts)?;
 
     // Cells in parallel (`jobs` workers); each cell's numbers do not depend on the schedule.
-    let frames = Mutex::new(Frames::default());
-    let statuses: Mutex<Vec<Option<CellStatus>>> = Mutex::new(vec![None; cells.len()]);
-    work_queue(cells.len(), opts.jobs, |i| {
-        let cell = &cells[i];
+    let mut statuses: Vec<Option<CellStatus>> = vec![None; mine.len()];
+    for st in prior.finished {
+        if let Some(j) = mine
+            .iter()
+            .position(|c| (&c.regime, &c.arm, c.seed) == (&st.regime, &st.arm, st.seed))
+        {
+            statuses[j] = Some(st);
+        }
+    }
+    let frames = Mutex::new(prior.frames);
+    let statuses = Mutex::new(statuses);
+    work_queue(todo.len(), opts.jobs, |t| {
+        let j = todo[t];
+        let cell = mine[j];
         let st = if opts.stop.load(Ordering::SeqCst) {
             CellStatus {
                 regime: cell.regime.clone(),
@@ -182,30 +191,80 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
                 drift_sigma: None,
             }
         } else {
-            run_cell(cell, opts, &frames, &mp, &overall)?
+            run_cell(cell, opts, &frames, &overall)?
         };
         let mut all = statuses.lock().expect("status lock");
-        all[i] = Some(st);
+        all[j] = Some(st);
+        // Rows first, then the status that says they are complete (what `--resume` trusts).
         frames.lock().expect("frames lock").flush(&opts.out)?;
         let done: Vec<&CellStatus> = all.iter().flatten().collect();
         write_json(&opts.out.join("status.json"), &done)
     })?;
+    // A resumed run with nothing left to do still writes its (kept) frames.
+    if todo.is_empty() {
+        frames.lock().expect("frames lock").flush(&opts.out)?;
+    }
     let statuses: Vec<CellStatus> = statuses
         .into_inner()
         .expect("status lock")
         .into_iter()
         .flatten()
         .collect();
-    overall.finish_and_clear();
+    overall.finish("done");
     Ok(statuses)
 }
 
-/// The cell's task and its (cached) cold start.
-fn cold_start(
-    cell: &CellConfig,
+/// `config.json`: the spec, every cell, this run's shard and what it ran or kept.
+fn write_config(
+    spec: &ExperimentSpec,
+    all: &[CellConfig],
     opts: &RunOptions,
-    mp: &MultiProgress,
-) -> Result<(Task, ColdStart)> {
+    ran: &[usize],
+    resumed: usize,
+) -> Result<()> {
+    let start_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let cfg = RunConfig {
+        spec,
+        cells: all,
+        crate_version: env!("CARGO_PKG_VERSION"),
+        git_commit: git_commit(),
+        device: &opts.device_name,
+        host: crate::host::Host::detect(),
+        start_unix,
+        shard: opts.shard,
+        ran: ran.to_vec(),
+        resumed,
+    };
+    write_json(&opts.out.join("config.json"), &cfg)
+        .with_context(|| format!("cannot write into {}", opts.out.display()))
+}
+
+/// The cold starts of `cells`, `jobs` at a time: cells with the same model, task, cold-start
+/// settings and seed share one cached model, and each cold start is deterministic whichever
+/// worker trains it.
+fn cold_starts(cells: &[&CellConfig], opts: &RunOptions) -> Result<()> {
+    let mut keys: Vec<String> = Vec::new();
+    let mut firsts: Vec<&CellConfig> = Vec::new();
+    for c in cells {
+        let key = c.coldstart_key();
+        if !keys.contains(&key) {
+            keys.push(key);
+            firsts.push(c);
+        }
+    }
+    work_queue(firsts.len(), opts.jobs, |i| {
+        if opts.stop.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        cold_start(firsts[i], opts).map(|_| ())
+    })
+}
+
+/// The cell's task and its (cached) cold start.
+fn cold_start(cell: &CellConfig, opts: &RunOptions) -> Result<(Task, ColdStart)> {
     let task = Task::new(cell.task.clone(), cell.seed)?;
     let cs = load_or_train(
         &cell.model,
@@ -214,7 +273,7 @@ fn cold_start(
         cell.seed,
         &opts.device,
         &opts.cache_dir,
-        Some(mp),
+        &opts.progress,
     )?;
     Ok((task, cs))
 }
@@ -290,18 +349,19 @@ fn run_cell(
     cell: &CellConfig,
     opts: &RunOptions,
     frames: &Mutex<Frames>,
-    mp: &MultiProgress,
-    overall: &ProgressBar,
+    overall: &Stage,
 ) -> Result<CellStatus> {
-    let (task, cs) = cold_start(cell, opts, mp)?;
+    let (task, cs) = cold_start(cell, opts)?;
     let (arm, seed) = (&cell.arm, cell.seed);
     let mut trainer = Trainer::new(cell.rl.clone(), cs.model, task, seed)
         .with_context(|| format!("arm '{arm}' seed {seed}"))?;
     let id = cell.id();
     let mut detector = CollapseDetector::new(cell.collapse.clone());
-    let bar = mp.add(ProgressBar::new(cell.steps as u64));
-    bar.set_style(
-        ProgressStyle::with_template("{prefix:>10} {bar:30} {pos}/{len} {msg}").expect("template"),
+    let bar = opts.progress.stage(
+        format!("cell {}/{arm} seed {seed}", cell.regime),
+        cell.steps as u64,
+        "steps",
+        "{prefix:>10} {bar:30} {pos}/{len} {msg}",
     );
     bar.set_prefix(format!("{arm} s{seed}"));
     let mut status = CellState::Ok;
@@ -317,9 +377,8 @@ fn run_cell(
             .then(|| greedy_eval(&trainer.model, &trainer.task));
         let reward = record_step(cell, &id, &out, eval, &mut detector, frames, opts)?;
         done = step + 1;
-        bar.set_message(format!("reward {reward:.3}"));
-        bar.inc(1);
-        overall.inc(1);
+        bar.inc(1, Some(format!("reward {reward:.3}")));
+        overall.inc(1, None);
         if let Some(f) = &opts.on_step {
             f(arm, seed, step);
         }
@@ -328,8 +387,8 @@ fn run_cell(
             break;
         }
     }
-    overall.inc((cell.steps - done) as u64);
-    bar.finish_and_clear();
+    overall.inc((cell.steps - done) as u64, None);
+    bar.finish(status.name());
     Ok(CellStatus {
         regime: cell.regime.clone(),
         arm: arm.clone(),

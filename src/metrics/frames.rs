@@ -80,6 +80,78 @@ impl Frame {
         Ok(())
     }
 
+    /// Append the rows `keep` marks of `df`, a frame read back from this schema's Parquet file
+    /// (a resumed run keeps the rows of its finished cells).
+    pub fn extend_from(&mut self, df: &DataFrame, keep: &[bool]) -> Result<()> {
+        let frame = self.schema.name;
+        anyhow::ensure!(
+            keep.len() == df.height(),
+            "{frame}: {} row marks for {} rows",
+            keep.len(),
+            df.height()
+        );
+        let names: Vec<&str> = df.get_column_names().iter().map(|n| n.as_str()).collect();
+        let want: Vec<&str> = self.schema.columns().map(|c| c.name).collect();
+        if names != want {
+            bail!("{frame}: the file has columns {names:?}, the schema {want:?}");
+        }
+        for (c, buf) in self.schema.columns().zip(&mut self.cols) {
+            let pick = |i: usize| keep[i];
+            match buf {
+                Buf::S(v) => {
+                    let col = str_col(df, c.name)?;
+                    v.extend(
+                        col.into_iter()
+                            .enumerate()
+                            .filter(|(i, _)| pick(*i))
+                            .map(|x| x.1),
+                    );
+                }
+                Buf::I(v) => {
+                    let col = i64_col(df, c.name)?;
+                    v.extend(
+                        col.into_iter()
+                            .enumerate()
+                            .filter(|(i, _)| pick(*i))
+                            .map(|x| x.1),
+                    );
+                }
+                Buf::F(v) => {
+                    let col = f64_col(df, c.name)?;
+                    v.extend(
+                        col.into_iter()
+                            .enumerate()
+                            .filter(|(i, _)| pick(*i))
+                            .map(|x| x.1),
+                    );
+                }
+            }
+        }
+        self.len += keep.iter().filter(|&&k| k).count();
+        Ok(())
+    }
+
+    /// The rows in the order `order` gives (a permutation of `0..len`).
+    pub fn reorder(&mut self, order: &[usize]) -> Result<()> {
+        let mut seen = vec![false; self.len];
+        for &i in order {
+            anyhow::ensure!(i < self.len && !seen[i], "not a permutation of the rows");
+            seen[i] = true;
+        }
+        anyhow::ensure!(order.len() == self.len, "not a permutation of the rows");
+        fn take<T: Clone>(v: &mut Vec<T>, order: &[usize]) {
+            *v = order.iter().map(|&i| v[i].clone()).collect();
+        }
+        for b in &mut self.cols {
+            match b {
+                Buf::S(v) => take(v, order),
+                Buf::I(v) => take(v, order),
+                Buf::F(v) => take(v, order),
+            }
+        }
+        Ok(())
+    }
+
     pub fn to_df(&self) -> Result<DataFrame> {
         let cols: Vec<Column> = self
             .schema
@@ -118,6 +190,17 @@ impl Default for Frames {
 }
 
 impl Frames {
+    /// The five frames, in the order of [`super::schema::frames`].
+    pub fn all_mut(&mut self) -> [&mut Frame; 5] {
+        [
+            &mut self.steps,
+            &mut self.updates,
+            &mut self.layers,
+            &mut self.lengths,
+            &mut self.events,
+        ]
+    }
+
     /// Rewrite every frame under `dir` (atomically, file by file).
     pub fn flush(&self, dir: &Path) -> Result<()> {
         for f in [

@@ -118,7 +118,9 @@ pub fn run_options(tag: &str, cache_dir: std::path::PathBuf) -> driftlab::experi
         out,
         device: flex(),
         device_name: "flex".into(),
-        show_progress: false,
+        progress: driftlab::progress::Progress::Hidden,
+        shard: None,
+        resume: false,
         jobs: 1,
         stop: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
         on_step: None,
@@ -163,8 +165,15 @@ pub fn warm_tiny() -> Model {
             eval_every: 25,
             ..driftlab::coldstart::ColdStartConfig::default()
         };
-        let out =
-            driftlab::coldstart::train(&tiny_cfg(), &short_sort(), &cs, 0, &flex(), None).unwrap();
+        let out = driftlab::coldstart::train(
+            &tiny_cfg(),
+            &short_sort(),
+            &cs,
+            0,
+            &flex(),
+            &driftlab::progress::Progress::Hidden,
+        )
+        .unwrap();
         assert!(
             out.accuracy.sampled >= 0.2,
             "tiny warm start reached {:?}",
@@ -177,4 +186,15 @@ pub fn warm_tiny() -> Model {
 
 pub fn trainer(cfg: driftlab::rl::RlConfig, seed: u64) -> driftlab::rl::Trainer {
     driftlab::rl::Trainer::new(cfg, warm_tiny(), short_sort(), seed).unwrap()
+}
+
+/// `df` without its wall-clock columns (`t_*`, seconds).
+pub fn without_timings(df: polars::prelude::DataFrame) -> polars::prelude::DataFrame {
+    let timed: Vec<String> = df
+        .get_column_names()
+        .iter()
+        .filter(|n| n.starts_with("t_"))
+        .map(|n| n.to_string())
+        .collect();
+    df.drop_many(timed)
 }

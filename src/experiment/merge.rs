@@ -1,0 +1,272 @@
+//! `driftlab merge OUT`: the shard folders of a run (`OUT/shards/<i>-of-<n>/`) into one results
+//! folder `OUT`, rows in the spec's canonical cell order. It refuses shards of different specs
+//! or driftlab versions, and cells that no shard finished or that two shards finished.
+
+use super::cell::CellConfig;
+use super::resume::{CellName, finished_statuses, name_of, rows_of, show};
+use super::runner::CellStatus;
+use super::shard::SHARDS_DIR;
+use crate::io::{read_parquet, write_json};
+use crate::metrics::frames::{Frame, Frames};
+use anyhow::{Context, Result, bail};
+use polars::prelude::DataFrame;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// One shard folder's run record.
+struct ShardRun {
+    dir: PathBuf,
+    config: Value,
+    finished: Vec<CellStatus>,
+}
+
+impl ShardRun {
+    fn name(&self) -> String {
+        self.dir
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default()
+    }
+}
+
+fn shard_runs(out: &Path) -> Result<Vec<ShardRun>> {
+    let root = out.join(SHARDS_DIR);
+    let entries = std::fs::read_dir(&root).with_context(|| {
+        format!(
+            "no shard folders in {} (run `driftlab experiment NAME --shard i/n --out {}` first)",
+            root.display(),
+            out.display()
+        )
+    })?;
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    if dirs.is_empty() {
+        bail!("{} holds no shard folders", root.display());
+    }
+    dirs.into_iter()
+        .map(|dir| {
+            let path = dir.join("config.json");
+            let config: Value = serde_json::from_slice(
+                &std::fs::read(&path)
+                    .with_context(|| format!("{} (did this shard start?)", path.display()))?,
+            )
+            .with_context(|| format!("reading {}", path.display()))?;
+            let finished = finished_statuses(&dir)?;
+            Ok(ShardRun {
+                dir,
+                config,
+                finished,
+            })
+        })
+        .collect()
+}
+
+/// The first shard whose `key` differs from the first shard's.
+fn same(runs: &[ShardRun], key: &str, what: &str) -> Result<()> {
+    let first = &runs[0];
+    for r in &runs[1..] {
+        if r.config.get(key) != first.config.get(key) {
+            let show = |v: Option<&Value>| match v {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Null) | None => "none".into(),
+                Some(_) => "(see config.json)".into(),
+            };
+            bail!(
+                "shards {} and {} come from different {what}: {} vs {}; rerun the odd one out",
+                first.name(),
+                r.name(),
+                show(first.config.get(key)),
+                show(r.config.get(key))
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Which shard finished each cell; an error names every cell finished by none or by several.
+fn owners(runs: &[ShardRun], cells: &[CellConfig]) -> Result<BTreeMap<CellName, usize>> {
+    let mut by: BTreeMap<CellName, Vec<usize>> = BTreeMap::new();
+    for (k, r) in runs.iter().enumerate() {
+        for s in &r.finished {
+            by.entry((s.regime.clone(), s.arm.clone(), s.seed))
+                .or_default()
+                .push(k);
+        }
+    }
+    let mut missing = Vec::new();
+    let mut twice = Vec::new();
+    let mut owner = BTreeMap::new();
+    for c in cells {
+        let n = name_of(c);
+        match by.remove(&n).unwrap_or_default().as_slice() {
+            [] => missing.push(show(&n)),
+            [k] => {
+                owner.insert(n, *k);
+            }
+            ks => twice.push(format!(
+                "{} (in {})",
+                show(&n),
+                ks.iter()
+                    .map(|&k| runs[k].name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    }
+    let strays: Vec<String> = by.keys().map(show).collect();
+    let mut problems = Vec::new();
+    if !missing.is_empty() {
+        problems.push(format!(
+            "{} cell(s) finished in no shard: {} (rerun their shard with --resume)",
+            missing.len(),
+            missing.join(", ")
+        ));
+    }
+    if !twice.is_empty() {
+        problems.push(format!(
+            "{} cell(s) present twice: {} (remove the extra shard folder)",
+            twice.len(),
+            twice.join(", ")
+        ));
+    }
+    if !strays.is_empty() {
+        problems.push(format!("cells not in the spec: {}", strays.join(", ")));
+    }
+    if !problems.is_empty() {
+        bail!("cannot merge: {}", problems.join("; "));
+    }
+    Ok(owner)
+}
+
+/// `df` (a frame of `schema`) with its rows in canonical cell order; within a cell, rows keep
+/// the order they were written in.
+pub fn canonical(
+    df: &DataFrame,
+    schema: &'static crate::metrics::schema::FrameSchema,
+    cells: &[CellConfig],
+) -> Result<DataFrame> {
+    let mut f = Frame::new(schema);
+    f.extend_from(df, &vec![true; df.height()])?;
+    let order = canonical_order(df, cells)?;
+    f.reorder(&order)?;
+    f.to_df()
+}
+
+fn canonical_order(df: &DataFrame, cells: &[CellConfig]) -> Result<Vec<usize>> {
+    let index: BTreeMap<CellName, usize> = cells
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (name_of(c), i))
+        .collect();
+    let mut keyed = Vec::with_capacity(df.height());
+    let all: std::collections::BTreeSet<CellName> = index.keys().cloned().collect();
+    anyhow::ensure!(
+        rows_of(df, &all)?.iter().all(|&k| k),
+        "rows of cells not in the spec"
+    );
+    let (regime, arm, seed) = (
+        crate::metrics::frames::str_col(df, "regime")?,
+        crate::metrics::frames::str_col(df, "arm")?,
+        crate::metrics::frames::i64_col(df, "seed")?,
+    );
+    for i in 0..df.height() {
+        keyed.push((
+            index[&(regime[i].clone(), arm[i].clone(), seed[i] as u64)],
+            i,
+        ));
+    }
+    keyed.sort();
+    Ok(keyed.into_iter().map(|(_, i)| i).collect())
+}
+
+/// Merge the shards under `out` into `out`; returns every cell's status, in canonical order.
+pub fn merge(out: &Path) -> Result<Vec<CellStatus>> {
+    let runs = shard_runs(out)?;
+    same(&runs, "spec", "specs")?;
+    same(&runs, "cells", "resolved cells (spec, device or defaults)")?;
+    same(&runs, "crate_version", "driftlab versions")?;
+    // A shard started outside a checkout records no commit; those that record one must agree.
+    let commits: std::collections::BTreeSet<&str> = runs
+        .iter()
+        .filter_map(|r| r.config.get("git_commit").and_then(Value::as_str))
+        .collect();
+    if commits.len() > 1 {
+        bail!(
+            "shards come from different driftlab commits: {}; rerun the odd ones out",
+            runs.iter()
+                .map(|r| format!(
+                    "{} {}",
+                    r.name(),
+                    r.config
+                        .get("git_commit")
+                        .and_then(Value::as_str)
+                        .unwrap_or("(none)")
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let cells: Vec<CellConfig> = serde_json::from_value(runs[0].config["cells"].clone())
+        .context("reading the cells of the first shard's config.json")?;
+    let owner = owners(&runs, &cells)?;
+    let mut frames = Frames::default();
+    for (frame, schema) in frames
+        .all_mut()
+        .into_iter()
+        .zip(crate::metrics::schema::frames())
+    {
+        for (k, r) in runs.iter().enumerate() {
+            let path = r.dir.join(schema.file_name());
+            if !path.exists() {
+                continue;
+            }
+            let df = read_parquet(&path)?;
+            let mine: std::collections::BTreeSet<CellName> = owner
+                .iter()
+                .filter(|&(_, &o)| o == k)
+                .map(|(n, _)| n.clone())
+                .collect();
+            let keep = rows_of(&df, &mine)?;
+            frame
+                .extend_from(&df, &keep)
+                .with_context(|| format!("merging {}", path.display()))?;
+        }
+        let df = frame.to_df()?;
+        let order = canonical_order(&df, &cells)?;
+        frame.reorder(&order)?;
+    }
+    frames.flush(out)?;
+    let mut statuses: Vec<CellStatus> = Vec::new();
+    for c in &cells {
+        let k = owner[&name_of(c)];
+        let st = runs[k]
+            .finished
+            .iter()
+            .find(|s| (&s.regime, &s.arm, s.seed) == (&c.regime, &c.arm, c.seed))
+            .expect("owner finished it");
+        statuses.push(st.clone());
+    }
+    write_json(&out.join("status.json"), &statuses)?;
+    let mut config = runs[0].config.clone();
+    config["shard"] = Value::Null;
+    config["ran"] = serde_json::to_value((0..cells.len()).collect::<Vec<_>>())?;
+    config["merged_from"] = Value::Array(
+        runs.iter()
+            .map(|r| {
+                serde_json::json!({
+                    "folder": format!("{SHARDS_DIR}/{}", r.name()),
+                    "shard": r.config.get("shard"),
+                    "host": r.config.get("host"),
+                    "start_unix": r.config.get("start_unix"),
+                    "resumed": r.config.get("resumed"),
+                })
+            })
+            .collect(),
+    );
+    write_json(&out.join("config.json"), &config)?;
+    Ok(statuses)
+}
