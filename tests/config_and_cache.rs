@@ -98,27 +98,16 @@ fn short_cs() -> ColdStartConfig {
     }
 }
 
+/// A cold start of `tiny` from scratch.
+fn tiny(task: &Task, cs: &ColdStartConfig, seed: u64) -> driftlab::coldstart::ColdStart {
+    train(&tiny_cfg(), task, cs, seed, &flex(), &Progress::Hidden).unwrap()
+}
+
 #[test]
 fn cold_start_is_deterministic_on_flex() {
     let task = sort_task(0);
-    let a = train(
-        &tiny_cfg(),
-        &task,
-        &short_cs(),
-        11,
-        &flex(),
-        &Progress::Hidden,
-    )
-    .unwrap();
-    let b = train(
-        &tiny_cfg(),
-        &task,
-        &short_cs(),
-        11,
-        &flex(),
-        &Progress::Hidden,
-    )
-    .unwrap();
+    let a = tiny(&task, &short_cs(), 11);
+    let b = tiny(&task, &short_cs(), 11);
     assert_eq!(a.losses.len(), 6);
     assert_eq!(a.losses, b.losses, "same seed, same losses");
     assert_eq!(
@@ -132,15 +121,7 @@ fn cold_start_is_deterministic_on_flex() {
         "the supervised loss goes down: {:?}",
         a.losses
     );
-    let c = train(
-        &tiny_cfg(),
-        &task,
-        &short_cs(),
-        12,
-        &flex(),
-        &Progress::Hidden,
-    )
-    .unwrap();
+    let c = tiny(&task, &short_cs(), 12);
     assert_ne!(a.losses, c.losses, "another seed gives another run");
 }
 
@@ -153,17 +134,9 @@ fn a_last_bit_draw_is_a_deterministic_rounding_level_change() {
         ulp_jitter: Some(1),
         ..short_cs()
     };
-    let a = train(
-        &tiny_cfg(),
-        &task,
-        &short_cs(),
-        11,
-        &flex(),
-        &Progress::Hidden,
-    )
-    .unwrap();
-    let d1 = train(&tiny_cfg(), &task, &drawn, 11, &flex(), &Progress::Hidden).unwrap();
-    let d2 = train(&tiny_cfg(), &task, &drawn, 11, &flex(), &Progress::Hidden).unwrap();
+    let a = tiny(&task, &short_cs(), 11);
+    let d1 = tiny(&task, &drawn, 11);
+    let d2 = tiny(&task, &drawn, 11);
     assert_eq!(d1.losses, d2.losses, "a draw is deterministic");
     assert_eq!(d1.model.weights.to_host(), d2.model.weights.to_host());
     assert_ne!(a.losses, d1.losses, "a draw changes the bits");
@@ -173,7 +146,7 @@ fn a_last_bit_draw_is_a_deterministic_rounding_level_change() {
         ulp_jitter: Some(2),
         ..short_cs()
     };
-    let d3 = train(&tiny_cfg(), &task, &other, 11, &flex(), &Progress::Hidden).unwrap();
+    let d3 = tiny(&task, &other, 11);
     assert_ne!(d1.losses, d3.losses, "another draw, other bits");
 }
 

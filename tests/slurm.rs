@@ -11,32 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const SPEC: &str = r#"
-name = "slurm_test"
-description = "a 3-task Slurm job array"
-preset = "tiny"
-seeds = [0, 1]
-steps = 4
-eval_every = 2
-flush_every = 2
-
-[task]
-kind = "sort"
-min_len = 2
-max_len = 5
-eval_size = 16
-
-[rl]
-batch_prompts = 4
-group_size = 4
-minibatches = 2
-
-[coldstart]
-max_steps = 20
-batch_size = 16
-eval_every = 10
-target_accuracy = 2.0
-
+const ARMS: &str = r#"
 [[arms]]
 name = "grpo_r3"
 algorithm = { kind = "grpo" }
@@ -87,7 +62,11 @@ fn a_three_task_job_array_and_its_merge_equal_one_process() {
     let _ = std::fs::remove_dir_all(&root);
     let specs = root.join("specs");
     std::fs::create_dir_all(&specs).unwrap();
-    std::fs::write(specs.join("slurm_test.toml"), SPEC).unwrap();
+    std::fs::write(
+        specs.join("slurm_test.toml"),
+        common::tiny_spec_toml("slurm_test", 4, 2, ARMS),
+    )
+    .unwrap();
     let bin = env!("CARGO_BIN_EXE_driftlab");
     let (sharded, single, cache) = (
         root.join("sharded"),

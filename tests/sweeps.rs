@@ -234,32 +234,7 @@ fn two_processes_wanting_one_cold_start_train_it_once_and_leave_one_cache_file()
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-const SPEC: &str = r#"
-name = "sweep_test"
-description = "sharding, resume and progress tests"
-preset = "tiny"
-seeds = [0, 1]
-steps = 25
-eval_every = 5
-flush_every = 5
-
-[task]
-kind = "sort"
-min_len = 2
-max_len = 5
-eval_size = 16
-
-[rl]
-batch_prompts = 4
-group_size = 4
-minibatches = 2
-
-[coldstart]
-max_steps = 20
-batch_size = 16
-eval_every = 10
-target_accuracy = 2.0
-
+const ARMS: &str = r#"
 [[arms]]
 name = "grpo"
 algorithm = { kind = "grpo" }
@@ -273,7 +248,11 @@ algorithm = { kind = "gspo" }
 fn driftlab(root: &Path, out: &Path, log: &Path, extra: &[&str]) -> Command {
     let specs = root.join("specs");
     std::fs::create_dir_all(&specs).unwrap();
-    std::fs::write(specs.join("sweep_test.toml"), SPEC).unwrap();
+    std::fs::write(
+        specs.join("sweep_test.toml"),
+        common::tiny_spec_toml("sweep_test", 25, 5, ARMS),
+    )
+    .unwrap();
     let mut c = Command::new(env!("CARGO_BIN_EXE_driftlab"));
     c.args(["--threads", "1", "experiment", "sweep_test", "--jobs", "1"])
         .arg("--specs")

@@ -198,3 +198,37 @@ pub fn without_timings(df: polars::prelude::DataFrame) -> polars::prelude::DataF
         .collect();
     df.drop_many(timed)
 }
+
+/// A spec file of a tiny experiment (seeds 0 and 1, a 20-step cold start, B 4 × G 4, N 2) for
+/// tests that run the binary: `steps` RL steps, eval and flush every `every`, then `arms`
+/// (`[[arms]]` tables).
+pub fn tiny_spec_toml(name: &str, steps: usize, every: usize, arms: &str) -> String {
+    format!(
+        r#"name = "{name}"
+description = "a test of the driftlab binary"
+preset = "tiny"
+seeds = [0, 1]
+steps = {steps}
+eval_every = {every}
+flush_every = {every}
+
+[task]
+kind = "sort"
+min_len = 2
+max_len = 5
+eval_size = 16
+
+[rl]
+batch_prompts = 4
+group_size = 4
+minibatches = 2
+
+[coldstart]
+max_steps = 20
+batch_size = 16
+eval_every = 10
+target_accuracy = 2.0
+
+{arms}"#
+    )
+}
