@@ -64,6 +64,7 @@ impl Progress {
                 Some(Mutex::new(LineState {
                     every: *every,
                     last: Instant::now(),
+                    first: None,
                 }))
             }
             _ => None,
@@ -82,6 +83,9 @@ impl Progress {
 struct LineState {
     every: Duration,
     last: Instant,
+    /// Time and position of the first advance: rates count from there, so time spent before
+    /// the first unit (a run's cold starts) does not read as a slow rate.
+    first: Option<(Instant, u64)>,
 }
 
 struct StageInner {
@@ -136,14 +140,19 @@ impl Stage {
         }
         let Some(state) = &s.lines else { return };
         let mut st = state.lock().expect("progress lock");
+        let pos = s.bar.position();
+        let (t0, p0) = *st.first.get_or_insert((Instant::now(), pos));
         if st.last.elapsed() < st.every {
             return;
         }
         st.last = Instant::now();
-        let pos = s.bar.position();
         let secs = s.started.elapsed().as_secs_f64();
-        let rate = pos as f64 / secs.max(1e-9);
-        let eta = s.total.saturating_sub(pos) as f64 / rate.max(1e-12);
+        let rate = (pos - p0) as f64 / t0.elapsed().as_secs_f64().max(1e-9);
+        let eta = if pos > p0 {
+            s.total.saturating_sub(pos) as f64 / rate
+        } else {
+            f64::NAN
+        };
         line(&format!(
             "{}: {pos}/{} {}, {rate:.2} {}/s, elapsed {}, ETA {}{}",
             s.label,
@@ -159,25 +168,42 @@ impl Stage {
         ));
     }
 
-    /// The stage ended (`how`: "done", "collapsed", …).
-    pub fn finish(&self, how: &str) {
+    /// The stage ended (`how`: "done", "collapsed", …); returns the line it printed, if any.
+    pub fn finish(&self, how: &str) -> Option<String> {
         let s = &self.0;
+        // Read before finishing: finishing moves the bar to its end.
+        let pos = s.bar.position();
         s.bar.finish_and_clear();
-        if s.lines.is_some() {
-            line(&format!(
-                "{}: {how} after {} {} in {}",
-                s.label,
-                s.bar.position(),
-                s.unit,
-                duration(s.started.elapsed().as_secs_f64())
-            ));
-        }
+        s.lines.as_ref()?;
+        let msg = format!(
+            "{}: {how} after {pos} {} in {}",
+            s.label,
+            s.unit,
+            duration(s.started.elapsed().as_secs_f64())
+        );
+        line(&msg);
+        Some(msg)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stage_that_ends_early_says_how_far_it_got() {
+        let p = Progress::Lines {
+            every: Duration::from_secs(3600),
+        };
+        let st = p.stage("cold start x".into(), 2000, "steps", "{pos}");
+        st.inc(1, None);
+        st.inc(2, Some("acc 0.31".into()));
+        assert_eq!(
+            st.finish("sampled accuracy 0.31").as_deref(),
+            Some("cold start x: sampled accuracy 0.31 after 3 steps in 0s")
+        );
+        assert_eq!(Stage::hidden().finish("done"), None);
+    }
 
     #[test]
     fn durations_read_like_a_clock() {
