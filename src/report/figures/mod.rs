@@ -26,6 +26,7 @@ pub const PLOTS: &[&str] = &[
     "eval_accuracy",
     "mechanism",
     "clip_frac",
+    "clip_frac_by_minibatch",
     "drift",
     "drift_heatmap",
     "ratio_var_vs_len",
@@ -206,6 +207,35 @@ fn clip_bars(f: &RunFrames) -> Result<BarChart> {
     })
 }
 
+/// Clipped-token fraction per minibatch index of a step (GSPO splits each rollout batch into 4
+/// minibatches, Fig. 2): the first minibatch of a step is on-policy, so clipping comes from the
+/// later ones. Mean over seeds of the per-cell means, 95% band.
+fn clip_by_minibatch(f: &RunFrames, multi: bool) -> Result<LineChart> {
+    let (series, _) = band_chart(
+        &curves(&f.updates, multi, "minibatch", "clip_frac_tok")?,
+        false,
+    );
+    let log = spans_decades(
+        series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1))
+            .filter(|&v| v > 0.0)
+            .chain([0.15, 0.0013]),
+    );
+    let mut chart = line(
+        "Clipped-token fraction by minibatch index within a step (95% band over seeds)",
+        "minibatch index (0: the first update after the rollout, on-policy; zeros are not drawn on a log axis)",
+        "clip_frac_tok",
+        series,
+        log,
+    );
+    chart.refs = vec![
+        reference(0.15, "GSPO paper: GSPO 0.15"),
+        reference(0.0013, "GSPO paper: GRPO 0.0013"),
+    ];
+    Ok(chart)
+}
+
 /// Identical arms drawn once: the group's first arm named "a = b", the others dropped with
 /// their faint lines (their rewards and accuracies are the same bits).
 fn merge_twins(chart: &mut LineChart, same: &[Vec<String>]) {
@@ -264,6 +294,9 @@ fn plots_in(pdir: &Path, f: &RunFrames, regime: &str, eps: &[&Endpoint]) -> Resu
     eval.save(pdir, "eval_accuracy")?;
     mechanism(f, multi, &same)?.save(pdir, "mechanism")?;
     clip_bars(f)?.save(pdir, "clip_frac")?;
+    let mut by_mb = clip_by_minibatch(f, multi)?;
+    merge_twins(&mut by_mb, &same);
+    by_mb.save(pdir, "clip_frac_by_minibatch")?;
     let (series, _) = band_chart(
         &curves(&f.updates, multi, "step", "drift_expert_frac")?,
         false,
