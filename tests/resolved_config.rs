@@ -353,3 +353,25 @@ fn identical_arms_are_merged_in_the_report() {
     );
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn every_named_experiment_parses_resolves_and_says_what_it_is() {
+    let specs = driftlab::run::list_specs(std::path::Path::new("experiments")).unwrap();
+    assert!(specs.len() >= 3, "{} specs", specs.len());
+    for (name, spec) in specs {
+        let spec = spec.unwrap_or_else(|e| panic!("experiments/{name}.toml: {e:#}"));
+        assert_eq!(
+            spec.name, name,
+            "experiments/{name}.toml names itself '{}'",
+            spec.name
+        );
+        assert!(
+            spec.description.len() > 20,
+            "{name}: describe the experiment"
+        );
+        let cells = spec
+            .resolve("flex")
+            .unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        assert!(!cells.is_empty(), "{name} has no cells");
+    }
+}
