@@ -95,36 +95,14 @@ impl Frame {
         if names != want {
             bail!("{frame}: the file has columns {names:?}, the schema {want:?}");
         }
+        fn kept<'a, T: 'a>(col: Vec<T>, keep: &'a [bool]) -> impl Iterator<Item = T> + 'a {
+            col.into_iter().zip(keep).filter(|x| *x.1).map(|x| x.0)
+        }
         for (c, buf) in self.schema.columns().zip(&mut self.cols) {
-            let pick = |i: usize| keep[i];
             match buf {
-                Buf::S(v) => {
-                    let col = str_col(df, c.name)?;
-                    v.extend(
-                        col.into_iter()
-                            .enumerate()
-                            .filter(|(i, _)| pick(*i))
-                            .map(|x| x.1),
-                    );
-                }
-                Buf::I(v) => {
-                    let col = i64_col(df, c.name)?;
-                    v.extend(
-                        col.into_iter()
-                            .enumerate()
-                            .filter(|(i, _)| pick(*i))
-                            .map(|x| x.1),
-                    );
-                }
-                Buf::F(v) => {
-                    let col = f64_col(df, c.name)?;
-                    v.extend(
-                        col.into_iter()
-                            .enumerate()
-                            .filter(|(i, _)| pick(*i))
-                            .map(|x| x.1),
-                    );
-                }
+                Buf::S(v) => v.extend(kept(str_col(df, c.name)?, keep)),
+                Buf::I(v) => v.extend(kept(i64_col(df, c.name)?, keep)),
+                Buf::F(v) => v.extend(kept(f64_col(df, c.name)?, keep)),
             }
         }
         self.len += keep.iter().filter(|&&k| k).count();
