@@ -293,6 +293,32 @@ fn malformed_specs_are_clear_errors() {
     let mut s = spec(1);
     let e = format!("{:#}", s.select_arms(&["gpso".into()]).unwrap_err());
     assert!(e.contains("did you mean 'gspo'"), "{e}");
+    // Declared claims and sweeps: unknown letters, and `x` without an axis or an axis
+    // without `x`, name the key.
+    let head = "name = 'x'\ndescription = 'd'\nseeds = [0]\nsteps = 1\n";
+    let arm = "[[arms]]\nname = 'a'\nalgorithm = { kind = 'grpo' }\n";
+    let err = |text: String| {
+        format!(
+            "{:#}",
+            ExperimentSpec::from_toml(&text, "x.toml").unwrap_err()
+        )
+    };
+    let e = err(format!("{head}claims = ['b', 'z']\n{arm}"));
+    assert!(e.contains("key 'claims'") && e.contains("'z'"), "{e}");
+    let e = err(format!("{head}claims = []\n{arm}"));
+    assert!(e.contains("key 'claims'"), "{e}");
+    let e = err(format!("{head}{arm}[[regimes]]\nname = 'r'\nx = 2\n"));
+    assert!(e.contains("regime 'r'") && e.contains("no `sweep`"), "{e}");
+    let e = err(format!(
+        "{head}sweep = 'N'\n{arm}[[regimes]]\nname = 'r1'\nx = 1\n[[regimes]]\nname = 'r2'\n"
+    ));
+    assert!(e.contains("regime 'r2'") && e.contains("sweeps 'N'"), "{e}");
+    let ok = format!(
+        "{head}sweep = 'N'\nclaims = ['b', 'k']\n{arm}[[regimes]]\nname = 'r1'\nx = 1\n[[regimes]]\nname = 'r2'\nx = 2\n"
+    );
+    let s = ExperimentSpec::from_toml(&ok, "x.toml").unwrap();
+    assert_eq!(s.claims, Some(vec!['b', 'k']));
+    assert_eq!(s.regimes[1].x, Some(2.0));
 }
 
 #[test]
@@ -368,6 +394,69 @@ fn regimes_override_settings_and_get_their_own_plots() {
     let mut s2 = s.clone();
     let e = format!("{:#}", s2.select_regimes(&["at_scal".into()]).unwrap_err());
     assert!(e.contains("allowed: natural, mismatch"), "{e}");
+    let _ = std::fs::remove_dir_all(&o.out);
+}
+
+/// A spec that sweeps N over two regimes and declares claims (b) and (c) only: the report
+/// makes no endpoint of another claim, draws every sweep figure (PNG and SVG) and links it.
+#[test]
+fn a_sweep_draws_its_axis_and_tests_only_its_declared_claims() {
+    use driftlab::experiment::RegimeSpec;
+    use driftlab::report::figures::SWEEP_PLOTS;
+    let mut s = spec(2);
+    s.rl.drift_injection = None;
+    s.arms.push(ArmSpec::new(
+        "grpo",
+        Algorithm::Grpo(GrpoConfig::default()),
+        RoutingMode::Native,
+        FfnKind::Moe,
+    ));
+    s.claims = Some(vec!['b', 'c']);
+    s.sweep = Some("N".into());
+    s.regimes = [(1, "n1"), (2, "n2")]
+        .iter()
+        .map(|&(n, name)| RegimeSpec {
+            name: name.into(),
+            minibatches: Some(n),
+            x: Some(n as f64),
+            ..RegimeSpec::default_regime()
+        })
+        .collect();
+    s.validate().unwrap();
+    let o = opts("sweep");
+    run_experiment(&s, &o).unwrap();
+    write_report(&o.out).unwrap();
+    let md = std::fs::read_to_string(o.out.join("report.md")).unwrap();
+    for p in SWEEP_PLOTS {
+        for ext in ["png", "svg"] {
+            let f = o.out.join("plots/sweep").join(format!("{p}.{ext}"));
+            let len = std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0);
+            assert!(len > 1000, "{} is missing or empty", f.display());
+        }
+        assert!(md.contains(&format!("(plots/sweep/{p}.svg)")), "{p} linked");
+    }
+    assert!(
+        md.contains("| n2 | `minibatches = 2`, `x = 2.0` | all |"),
+        "{md}"
+    );
+    let eps: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(o.out.join("endpoints.json")).unwrap())
+            .unwrap();
+    let letters: Vec<&str> = eps
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["claim"].as_str().unwrap())
+        .collect();
+    assert!(
+        letters.contains(&"b") && letters.contains(&"c"),
+        "{letters:?}"
+    );
+    assert!(
+        letters.iter().all(|l| *l == "b" || *l == "c"),
+        "{letters:?}"
+    );
+    assert!(!md.contains("**(d)") && md.contains("**(b)"));
     let _ = std::fs::remove_dir_all(&o.out);
 }
 

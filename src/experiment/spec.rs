@@ -74,6 +74,10 @@ pub struct RegimeSpec {
     /// Only these arms run in this regime (default: every arm), e.g. a regime that exists for
     /// one comparison need not repeat the others.
     pub arms: Option<Vec<String>>,
+    /// This regime's value on the spec's `sweep` axis (e.g. 4 for N = 4); required of every
+    /// regime when the spec names a sweep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x: Option<f64>,
 }
 
 impl RegimeSpec {
@@ -90,6 +94,7 @@ impl RegimeSpec {
             rl: Map::new(),
             model: Map::new(),
             arms: None,
+            x: None,
         }
     }
 
@@ -148,7 +153,20 @@ pub struct ExperimentSpec {
     /// Named override blocks; none = one regime, `default`.
     #[serde(default)]
     pub regimes: Vec<RegimeSpec>,
+    /// The claims whose endpoints the report tests, by letter ([`CLAIM_LETTERS`]), declared
+    /// with the experiment; none = (a)–(f), the flagship's family. Holm's m counts only these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claims: Option<Vec<char>>,
+    /// The regimes are points on one axis of this name (each regime gives its `x`): the report
+    /// then draws every arm's endpoints against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<String>,
 }
+
+/// The letters of the claims the report knows (`src/report/endpoints/declare.rs`).
+pub const CLAIM_LETTERS: &[char] = &['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k'];
+/// The claims a spec that names none tests.
+pub const DEFAULT_CLAIMS: &[char] = &['a', 'b', 'c', 'd', 'e', 'f'];
 
 fn default_preset() -> Preset {
     Preset::Toy
@@ -271,6 +289,37 @@ impl ExperimentSpec {
                     a.name
                 );
             }
+        }
+        if let Some(c) = &self.claims {
+            if c.is_empty() {
+                bail!("key 'claims': name at least one claim, or leave the key out for (a)-(f)");
+            }
+            if let Some(x) = c.iter().find(|x| !CLAIM_LETTERS.contains(x)) {
+                bail!(
+                    "key 'claims': unknown claim '{x}' (known: {})",
+                    CLAIM_LETTERS.iter().collect::<String>()
+                );
+            }
+        }
+        if let Some(axis) = &self.sweep {
+            if self.regimes.is_empty() {
+                bail!("key 'sweep' ('{axis}'): a sweep needs regimes, each with its `x`");
+            }
+            if let Some(r) = self
+                .regimes
+                .iter()
+                .find(|r| r.x.is_none_or(|x| !x.is_finite()))
+            {
+                bail!(
+                    "regime '{}': the spec sweeps '{axis}', so the regime needs a finite `x`",
+                    r.name
+                );
+            }
+        } else if let Some(r) = self.regimes.iter().find(|r| r.x.is_some()) {
+            bail!(
+                "regime '{}' sets `x` but the spec names no `sweep` axis",
+                r.name
+            );
         }
         let known: Vec<&str> = self.arms.iter().map(|a| a.name.as_str()).collect();
         let mut regime_names = std::collections::HashSet::new();

@@ -33,6 +33,10 @@ pub struct Regime {
     /// group once.
     pub same: Vec<Vec<String>>,
     pub mismatch: bool,
+    /// The claims the run declared.
+    pub claims: Vec<char>,
+    /// The regime's value on the sweep axis, in a sweep.
+    pub x: Option<f64>,
 }
 
 /// Every regime of the run, with its arms.
@@ -50,6 +54,11 @@ pub fn regimes_of(f: &RunFrames, info: &RunInfo) -> Result<Vec<Regime>> {
             arms: Arms::new(summarize(&frames)?, info),
             same: super::identical::identical_groups(&frames.steps)?,
             mismatch: regime_has_mismatch(info, r),
+            claims: info.claims.clone(),
+            x: info
+                .sweep
+                .as_ref()
+                .and_then(|(_, xs)| xs.iter().find(|(n, _)| n == r).map(|p| p.1)),
             frames,
         });
     }
@@ -66,7 +75,11 @@ pub fn endpoints(regs: &[Regime]) -> Result<Vec<Endpoint>> {
             frames: &r.frames,
             same: &r.same,
             mismatch: r.mismatch,
+            claims: &r.claims,
         })?);
+    }
+    if regs.first().is_some_and(|r| r.claims.contains(&'k')) {
+        eps.extend(super::endpoints::depth_endpoints(regs));
     }
     evaluate(&mut eps);
     Ok(eps)
@@ -75,7 +88,7 @@ pub fn endpoints(regs: &[Regime]) -> Result<Vec<Endpoint>> {
 /// The claims: letter, heading, and the function that writes a regime's context line.
 type Claim = (char, &'static str, fn(&mut String, &Regime) -> Result<()>);
 
-const CLAIMS: [Claim; 6] = [
+const CLAIMS: [Claim; 11] = [
     (
         'a',
         "**(a) Share of activated experts that change per update** (GSPO paper: ~10% on a 48-layer MoE).",
@@ -105,6 +118,31 @@ const CLAIMS: [Claim; 6] = [
         'f',
         "**(f) Train–inference mismatch is larger for MoE than for the dense control, and R3 reduces its routing part** (R3 paper: k3 KL 1.5e-3 MoE vs 6.4e-4 dense, 7.5e-4 with R3).",
         mismatch,
+    ),
+    (
+        'g',
+        "**(g) The share of tokens whose engine/trainer probability ratio is beyond 2 is higher for MoE than dense, and R3 cuts it** (R3 paper: ~10× each; compared as ln((b + ε)/(a + ε)), ε = 1e-5 ≈ one token of a cell).",
+        extreme_share,
+    ),
+    (
+        'h',
+        "**(h) GVPO trains at least as well as GRPO, on- and off-policy** (GVPO paper: AIME24 20.7 vs 14.8; robust to off-policy samples).",
+        gvpo_reward,
+    ),
+    (
+        'i',
+        "**(i) Truncated importance sampling against the rollout engine helps GRPO under a mismatch** (TIS, cap 2).",
+        tis_reward,
+    ),
+    (
+        'j',
+        "**(j) GSPO reaches GRPO + R2's reward with less training compute** (GSPO Fig. 1: the same reward with ~60% of the compute; compute = response tokens trained, the target 90% of R2's reward-EMA gain in the same seed).",
+        compute_line,
+    ),
+    (
+        'k',
+        "**(k) More experts change per update in deeper models** (GSPO paper: ~10% per update on a 48-layer MoE): per arm and seed, drift ∝ n_layers^b fitted over the depths (least squares on logs), its exponent b and its value at 48 layers.",
+        depth_line,
     ),
 ];
 
@@ -235,23 +273,29 @@ fn drift_share(md: &mut String, r: &Regime) -> Result<()> {
 /// (b): GRPO without replay against GRPO with R2 and R3.
 fn replay_stability(md: &mut String, r: &Regime) -> Result<()> {
     let a = &r.arms;
-    let (Some(g), Some(r2)) = (a.grpo(RoutingMode::Native), a.grpo(RoutingMode::R2)) else {
-        return not_measured(md, r, "GRPO arms with native and r2 routing");
+    let (g, r2, r3) = (
+        a.grpo(RoutingMode::Native),
+        a.grpo(RoutingMode::R2),
+        a.grpo(RoutingMode::R3),
+    );
+    let Some(g) = g.filter(|_| r2.is_some() || r3.is_some()) else {
+        return not_measured(
+            md,
+            r,
+            "a GRPO arm with native routing and one with r2 or r3",
+        );
     };
-    let r3 = a.grpo(RoutingMode::R3);
     let mut line = format!(
-        "- `{}`: final reward {} {}, {} {}",
+        "- `{}`: final reward {} {}",
         r.name,
         n(g),
-        ci(&g.final_reward),
-        n(r2),
-        ci(&r2.final_reward)
+        ci(&g.final_reward)
     );
-    if let Some(r3) = r3 {
-        write!(line, ", {} {}", n(r3), ci(&r3.final_reward))?;
+    for rep in [r2, r3].into_iter().flatten() {
+        write!(line, ", {} {}", n(rep), ci(&rep.final_reward))?;
     }
     let cells = |f: fn(&ArmSummary) -> usize| {
-        [Some(g), Some(r2), r3]
+        [Some(g), r2, r3]
             .into_iter()
             .flatten()
             .map(|a| f(a).to_string())
@@ -347,6 +391,132 @@ fn mismatch(md: &mut String, r: &Regime) -> Result<()> {
     Ok(())
 }
 
+/// (g): the share of tokens beyond a ratio of 2.
+fn extreme_share(md: &mut String, r: &Regime) -> Result<()> {
+    let arms: Vec<&ArmSummary> = [
+        r.arms.grpo(RoutingMode::Native),
+        r.arms.grpo(RoutingMode::R3),
+        r.arms.dense(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if arms.is_empty() {
+        return not_measured(md, r, "GRPO arms (native, r3) or a dense control");
+    }
+    let parts: Vec<String> = arms
+        .iter()
+        .map(|a| format!("{} {}", n(a), ci(&a.mismatch_extreme_frac)))
+        .collect();
+    writeln!(
+        md,
+        "- `{}`: share of tokens with max(ρ, 1/ρ) > 2: {}{}",
+        r.name,
+        parts.join("; "),
+        if r.mismatch {
+            "."
+        } else {
+            "; no mismatch in this regime, so no endpoint."
+        }
+    )?;
+    Ok(())
+}
+
+/// (h): GVPO against GRPO and GSPO.
+fn gvpo_reward(md: &mut String, r: &Regime) -> Result<()> {
+    let Some(v) = r.arms.gvpo() else {
+        return not_measured(md, r, "a GVPO arm");
+    };
+    let mut line = format!(
+        "- `{}`: final reward {} {}, collapsed cells {}",
+        r.name,
+        n(v),
+        ci(&v.final_reward),
+        collapses(v)
+    );
+    for a in [r.arms.grpo(RoutingMode::Native), r.arms.gspo()]
+        .into_iter()
+        .flatten()
+    {
+        write!(
+            line,
+            "; {} {}, collapsed cells {}",
+            n(a),
+            ci(&a.final_reward),
+            collapses(a)
+        )?;
+    }
+    writeln!(md, "{line} (of {} seeds).", v.seeds)?;
+    Ok(())
+}
+
+/// (i): GRPO with TIS against plain GRPO.
+fn tis_reward(md: &mut String, r: &Regime) -> Result<()> {
+    let (Some(t), Some(g)) = (r.arms.grpo_tis(), r.arms.grpo(RoutingMode::Native)) else {
+        return not_measured(md, r, "GRPO arms with and without TIS");
+    };
+    writeln!(
+        md,
+        "- `{}`: final reward {} {} vs {} {}; collapsed cells {} / {}.",
+        r.name,
+        n(t),
+        ci(&t.final_reward),
+        n(g),
+        ci(&g.final_reward),
+        collapses(t),
+        collapses(g)
+    )?;
+    Ok(())
+}
+
+/// (j): total compute of the arms compared on it.
+fn compute_line(md: &mut String, r: &Regime) -> Result<()> {
+    let Some(r2) = r.arms.grpo(RoutingMode::R2) else {
+        return not_measured(md, r, "a GRPO arm with r2 routing");
+    };
+    let c = super::compute::curves(&r.frames.steps)?;
+    let total = |a: &ArmSummary| {
+        mean_ci(
+            &c.iter()
+                .filter(|((n, _), _)| *n == a.name)
+                .filter_map(|(_, v)| v.last().map(|p| p.0))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let mut line = format!(
+        "- `{}`: response tokens trained per cell {} {}",
+        r.name,
+        n(r2),
+        ci(&total(r2))
+    );
+    for a in [r.arms.gspo(), r.arms.grpo(RoutingMode::Native)]
+        .into_iter()
+        .flatten()
+    {
+        write!(line, ", {} {}", n(a), ci(&total(a)))?;
+    }
+    writeln!(md, "{line}.")?;
+    Ok(())
+}
+
+/// (k): the per-regime drift the fit runs over.
+fn depth_line(md: &mut String, r: &Regime) -> Result<()> {
+    let parts: Vec<String> = r
+        .arms
+        .arms
+        .iter()
+        .map(|(a, _)| format!("{} {}", n(a), ci(&a.drift_expert_frac)))
+        .collect();
+    writeln!(
+        md,
+        "- `{}` (x = {}): drift per update {}.",
+        r.name,
+        r.x.map_or("–".into(), |x| format!("{x}")),
+        parts.join(", ")
+    )?;
+    Ok(())
+}
+
 /// The findings section of a run's frames (what [`findings_md`] writes, endpoints included).
 pub fn findings(f: &RunFrames, info: &RunInfo) -> Result<String> {
     let regs = regimes_of(f, info)?;
@@ -371,7 +541,11 @@ pub fn findings_md(regs: &[Regime], eps: &[Endpoint]) -> Result<String> {
     )?;
     writeln!(md, "### Verdicts\n")?;
     verdict_table(&mut md, eps)?;
+    let declared = regs.first().map_or(&[][..], |r| r.claims.as_slice());
     for (letter, heading, line) in CLAIMS {
+        if !declared.contains(&letter) {
+            continue;
+        }
         writeln!(md, "\n{heading}\n")?;
         let mine: Vec<&Endpoint> = eps.iter().filter(|e| e.claim == letter).collect();
         if mine.is_empty() {

@@ -128,6 +128,7 @@ pub fn report(
     regs: &[Regime],
     eps: &[Endpoint],
     plot_dirs: &[(String, String)],
+    sweep: Option<&(String, String)>,
 ) -> Result<String> {
     let mut md = String::new();
     let name = str_col(&f.steps, "experiment")?
@@ -152,6 +153,15 @@ pub fn report(
     md.push_str(&findings_md(regs, eps)?);
     writeln!(md)?;
     writeln!(md, "## Plots\n")?;
+    if let Some((folder, axis)) = sweep {
+        writeln!(md, "### Along the sweep axis `{axis}`\n")?;
+        for p in super::figures::SWEEP_PLOTS {
+            writeln!(md, "![{p}]({folder}/{p}.svg)\n")?;
+        }
+        if regs.first().is_some_and(|r| r.claims.contains(&'k')) {
+            writeln!(md, "![drift_fit]({folder}/drift_fit.svg)\n")?;
+        }
+    }
     for (regime, folder) in plot_dirs {
         if plot_dirs.len() > 1 {
             writeln!(md, "### Regime `{regime}`\n")?;

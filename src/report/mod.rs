@@ -2,6 +2,8 @@
 //! files and `config.json` alone (no training state).
 
 pub mod charts;
+pub mod compute;
+pub mod depth;
 pub mod endpoints;
 pub mod figures;
 pub mod findings;
@@ -24,6 +26,19 @@ pub use summary::{ArmSummary, summarize};
 use anyhow::{Context, Result};
 use std::path::Path;
 
+/// The value named `name` in `v`, appended with its default when absent: per-name
+/// accumulators that keep the order of first appearance.
+pub(crate) fn named<'a, T: Default>(v: &'a mut Vec<(String, T)>, name: &str) -> &'a mut T {
+    let k = match v.iter().position(|(n, _)| n == name) {
+        Some(k) => k,
+        None => {
+            v.push((name.to_string(), T::default()));
+            v.len() - 1
+        }
+    };
+    &mut v[k].1
+}
+
 /// Rebuild `summary.csv`, `summary.json`, `endpoints.json`, `plots/` and `report.md` in `dir`
 /// from its files.
 pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
@@ -40,7 +55,8 @@ pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
     let eps = findings::endpoints(&regs)?;
     crate::io::write_json(&dir.join("endpoints.json"), &eps)?;
     let plot_dirs = figures::make_plots(dir, &f, &eps)?;
-    let md = markdown::report(&f, &info, &sums, &regs, &eps, &plot_dirs)?;
+    let sweep = figures::sweep_plots(dir, &info, &regs, &eps)?;
+    let md = markdown::report(&f, &info, &sums, &regs, &eps, &plot_dirs, sweep.as_ref())?;
     crate::io::write_atomic(&dir.join("report.md"), md.as_bytes())?;
     Ok(sums)
 }

@@ -25,6 +25,7 @@ impl Arms {
                         routing: RoutingMode::parse(&a.routing).unwrap_or_default(),
                         ffn: FfnKind::parse(&a.ffn).unwrap_or_default(),
                         default_knobs: true,
+                        tis: false,
                     });
                 (a, id)
             })
@@ -32,16 +33,27 @@ impl Arms {
         Arms { arms }
     }
 
-    /// The arm that runs `algorithm` with `routing` on `ffn`: the first in spec order with
-    /// default settings, else the first at all.
+    /// The arm that runs `algorithm` with `routing` on `ffn` without TIS: the first in spec
+    /// order with default settings, else the first at all.
     pub fn pick(
         &self,
         algorithm: AlgorithmKind,
         routing: RoutingMode,
         ffn: FfnKind,
     ) -> Option<&ArmSummary> {
-        let matches =
-            |id: &Identity| id.algorithm == algorithm && id.routing == routing && id.ffn == ffn;
+        self.pick_with(algorithm, routing, ffn, false)
+    }
+
+    fn pick_with(
+        &self,
+        algorithm: AlgorithmKind,
+        routing: RoutingMode,
+        ffn: FfnKind,
+        tis: bool,
+    ) -> Option<&ArmSummary> {
+        let matches = |id: &Identity| {
+            id.algorithm == algorithm && id.routing == routing && id.ffn == ffn && id.tis == tis
+        };
         let all: Vec<&(ArmSummary, Identity)> =
             self.arms.iter().filter(|(_, id)| matches(id)).collect();
         all.iter()
@@ -52,6 +64,15 @@ impl Arms {
 
     pub fn grpo(&self, routing: RoutingMode) -> Option<&ArmSummary> {
         self.pick(AlgorithmKind::Grpo, routing, FfnKind::Moe)
+    }
+
+    /// GRPO on the MoE with native routing and truncated importance sampling.
+    pub fn grpo_tis(&self) -> Option<&ArmSummary> {
+        self.pick_with(AlgorithmKind::Grpo, RoutingMode::Native, FfnKind::Moe, true)
+    }
+
+    pub fn gvpo(&self) -> Option<&ArmSummary> {
+        self.pick(AlgorithmKind::Gvpo, RoutingMode::Native, FfnKind::Moe)
     }
 
     pub fn gspo(&self) -> Option<&ArmSummary> {
@@ -92,40 +113,16 @@ pub fn warned_alone(a: &ArmSummary, others: &[&ArmSummary]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::mean_ci;
-    use std::collections::BTreeMap;
 
     fn arm(seeds: usize, explosions: usize) -> ArmSummary {
-        let m = mean_ci(&[]);
-        let mut collapses = BTreeMap::new();
+        let mut a = ArmSummary::blank("a", &[]);
+        a.seeds = seeds;
         if explosions > 0 {
-            collapses.insert("ratio_explosion".to_string(), (explosions, 3));
+            a.collapses
+                .insert("ratio_explosion".to_string(), (explosions, 3));
         }
-        ArmSummary {
-            arm: "a".into(),
-            regime: "r".into(),
-            name: "a".into(),
-            algorithm: "grpo".into(),
-            ffn: "moe".into(),
-            routing: "native".into(),
-            seeds,
-            final_reward: m,
-            final_eval: m,
-            steps_to_target: m,
-            reached: 0,
-            drift_expert_frac: m,
-            drift_since_rollout_frac: m,
-            clip_frac_tok: m,
-            ratio_tok_var: m,
-            ratio_seq_var: m,
-            mismatch_kl_k3: m,
-            mismatch_route_frac: m,
-            collapses,
-            collapsed_cells: 0,
-            warned_cells: explosions,
-            seed_ids: Vec::new(),
-            per_seed: BTreeMap::new(),
-        }
+        a.warned_cells = explosions;
+        a
     }
 
     #[test]

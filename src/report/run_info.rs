@@ -16,13 +16,30 @@ pub struct Identity {
     /// The algorithm's parameters and the arm's own `[rl]` settings are the defaults of the
     /// run (the arm differs from its peers only by `algorithm`, `routing` and `ffn`).
     pub default_knobs: bool,
+    /// The arm weights its tokens by truncated importance sampling against the engine.
+    pub tis: bool,
 }
 
 /// The run's cells as `config.json` records them; empty when there is none.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct RunInfo {
     pub cells: Vec<CellConfig>,
     pub regimes: Vec<RegimeSpec>,
+    /// The claims the spec declared ([`crate::experiment::DEFAULT_CLAIMS`] when it names none).
+    pub claims: Vec<char>,
+    /// The sweep axis and each regime's value on it, in spec order.
+    pub sweep: Option<(String, Vec<(String, f64)>)>,
+}
+
+impl Default for RunInfo {
+    fn default() -> Self {
+        RunInfo {
+            cells: Vec::new(),
+            regimes: Vec::new(),
+            claims: crate::experiment::DEFAULT_CLAIMS.to_vec(),
+            sweep: None,
+        }
+    }
 }
 
 impl RunInfo {
@@ -45,9 +62,28 @@ impl RunInfo {
             .ok()
             .or_else(|| spec.as_ref().and_then(|s| s.resolve("").ok()))
             .unwrap_or_default();
+        let Some(spec) = spec else {
+            return RunInfo {
+                cells,
+                ..RunInfo::default()
+            };
+        };
+        let sweep = spec.sweep.clone().map(|axis| {
+            let xs = spec
+                .regimes
+                .iter()
+                .filter_map(|r| r.x.map(|x| (r.name.clone(), x)))
+                .collect();
+            (axis, xs)
+        });
         RunInfo {
             cells,
-            regimes: spec.map(|s| s.regimes).unwrap_or_default(),
+            claims: spec
+                .claims
+                .clone()
+                .unwrap_or_else(|| crate::experiment::DEFAULT_CLAIMS.to_vec()),
+            sweep,
+            regimes: spec.regimes,
         }
     }
 
@@ -80,6 +116,7 @@ impl RunInfo {
                     .iter()
                     .filter(|p| p.model.ffn == c.model.ffn)
                     .all(|p| p.model == c.model),
+            tis: c.rl.tis.is_some(),
         })
     }
 
@@ -101,9 +138,10 @@ impl RunInfo {
                 "lr",
                 "minibatches",
             ]
-            .iter()
-            .filter(|k| !v[**k].is_null())
-            .map(|k| format!("`{k} = {}`", v[*k]))
+            .into_iter()
+            .filter(|k| !v[*k].is_null())
+            .chain(v["x"].is_number().then_some("x"))
+            .map(|k| format!("`{k} = {}`", v[k]))
             .chain(["rl", "model"].iter().flat_map(|t| {
                 v[*t]
                     .as_object()

@@ -39,6 +39,8 @@ pub struct ArmSummary {
     pub ratio_seq_var: MeanCi,
     pub mismatch_kl_k3: MeanCi,
     pub mismatch_route_frac: MeanCi,
+    /// Share of tokens whose engine/trainer probability ratio is beyond 2 either way.
+    pub mismatch_extreme_frac: MeanCi,
     /// Per event kind: (cells with at least one event, first step over cells).
     pub collapses: BTreeMap<String, (usize, i64)>,
     /// Cells (seeds) where training broke down: an event whose kind [`EventKind::is_collapse`].
@@ -53,6 +55,45 @@ pub struct ArmSummary {
     pub per_seed: BTreeMap<String, Vec<f64>>,
 }
 
+#[cfg(test)]
+impl ArmSummary {
+    /// A GRPO arm on the MoE with native routing, named `name`, with `per_seed` values of
+    /// the given metrics (seeds 0, 1, …) and every summary statistic empty.
+    pub(crate) fn blank(name: &str, per_seed: &[(&str, Vec<f64>)]) -> ArmSummary {
+        let m = mean_ci(&[]);
+        let n = per_seed.first().map_or(0, |p| p.1.len());
+        ArmSummary {
+            arm: name.into(),
+            regime: "r".into(),
+            name: name.into(),
+            algorithm: "grpo".into(),
+            ffn: "moe".into(),
+            routing: "native".into(),
+            seeds: n,
+            final_reward: m,
+            final_eval: m,
+            steps_to_target: m,
+            reached: 0,
+            drift_expert_frac: m,
+            drift_since_rollout_frac: m,
+            clip_frac_tok: m,
+            ratio_tok_var: m,
+            ratio_seq_var: m,
+            mismatch_kl_k3: m,
+            mismatch_route_frac: m,
+            mismatch_extreme_frac: m,
+            collapses: BTreeMap::new(),
+            collapsed_cells: 0,
+            warned_cells: 0,
+            seed_ids: (0..n as i64).collect(),
+            per_seed: per_seed
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        }
+    }
+}
+
 /// Means over each cell's update rows.
 const UPDATE_MEANS: [&str; 5] = [
     "drift_expert_frac",
@@ -62,7 +103,11 @@ const UPDATE_MEANS: [&str; 5] = [
     "ratio_seq_var",
 ];
 /// Means over each cell's step rows.
-const STEP_MEANS: [&str; 2] = ["mismatch_kl_k3", "mismatch_route_frac"];
+const STEP_MEANS: [&str; 3] = [
+    "mismatch_kl_k3",
+    "mismatch_route_frac",
+    "mismatch_extreme_frac",
+];
 
 /// `df` with a `label` column: `regime/arm` when the run (`multi`) holds several regimes, else
 /// the arm. Decided per run, not per frame: a frame may hold rows of only some regimes (events).
@@ -306,6 +351,7 @@ pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
         let ratio_seq_var = over_seeds(&updates, UPDATE_MEANS[4], 4);
         let mismatch_kl_k3 = over_seeds(&step_means, STEP_MEANS[0], 0);
         let mismatch_route_frac = over_seeds(&step_means, STEP_MEANS[1], 1);
+        let mismatch_extreme_frac = over_seeds(&step_means, STEP_MEANS[2], 2);
         let seeds: Vec<i64> = rows.iter().map(|&j| seed[j]).collect();
         per_seed.extend(event_flags(&ev_cells, l, &seeds));
         per_seed.insert("final_reward".into(), fin.clone());
@@ -330,6 +376,7 @@ pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
             ratio_seq_var,
             mismatch_kl_k3,
             mismatch_route_frac,
+            mismatch_extreme_frac,
             collapses,
             collapsed_cells,
             warned_cells,
@@ -398,6 +445,10 @@ pub fn write_summary_files(dir: &Path, sums: &[ArmSummary]) -> Result<()> {
         Column::new(
             "mismatch_route_frac_mean".into(),
             x(&|a| a.mismatch_route_frac.mean),
+        ),
+        Column::new(
+            "mismatch_extreme_frac_mean".into(),
+            x(&|a| a.mismatch_extreme_frac.mean),
         ),
         Column::new("collapse_cells".into(), n(&|a| a.collapsed_cells)),
         Column::new("warning_cells".into(), n(&|a| a.warned_cells)),

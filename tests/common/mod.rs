@@ -105,6 +105,8 @@ pub fn tiny_experiment(
         collapse: Default::default(),
         arms,
         regimes: vec![],
+        claims: None,
+        sweep: None,
     }
 }
 

@@ -12,7 +12,7 @@
 
 mod declare;
 
-pub use declare::{RegimeData, declare};
+pub use declare::{RegimeData, declare, depth_endpoints};
 
 use super::paired::{Paired, Scale, paired, seeds_needed, sign_flip_p_greater};
 use super::run_info::RunInfo;
@@ -66,7 +66,7 @@ pub enum Verdict {
 /// One endpoint: what is compared, and (once evaluated) its statistics and verdict.
 #[derive(Clone, Debug, Serialize)]
 pub struct Endpoint {
-    /// The claim's letter, (a)–(f).
+    /// The claim's letter, (a)–(i) (`crate::experiment::CLAIM_LETTERS`).
     pub claim: char,
     pub regime: String,
     /// What is compared, in markdown (arm names in backticks).
@@ -133,6 +133,13 @@ impl Endpoint {
     /// Compare `b` against `a` seed by seed on `metric` (seeds both arms ran).
     fn pair(mut self, a: &ArmSummary, b: &ArmSummary, metric: &str) -> Self {
         let (x, y) = aligned(&seeds_of(a, metric), &seeds_of(b, metric));
+        self.est = paired(&x, &y, self.scale);
+        self
+    }
+
+    /// Compare per-seed values `b` against `a` (seeds both hold).
+    fn maps(mut self, a: &BTreeMap<i64, f64>, b: &BTreeMap<i64, f64>) -> Self {
+        let (x, y) = aligned(a, b);
         self.est = paired(&x, &y, self.scale);
         self
     }

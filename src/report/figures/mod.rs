@@ -17,12 +17,15 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 mod panels;
+mod sweep;
 use panels::{drift_heatmap, forest, mechanism, variance_by_length};
+pub use sweep::{SWEEP_PLOTS, sweep_plots};
 
 /// The plot files `report` writes for every regime (each as PNG and SVG).
 pub const PLOTS: &[&str] = &[
     "forest",
     "reward",
+    "reward_vs_compute",
     "eval_accuracy",
     "mechanism",
     "clip_frac",
@@ -236,6 +239,51 @@ fn clip_by_minibatch(f: &RunFrames, multi: bool) -> Result<LineChart> {
     Ok(chart)
 }
 
+/// Training reward (EMA) against compute, the response tokens trained (GSPO Fig. 1): per step
+/// the mean over seeds of both, with the reward's 95% band.
+fn reward_vs_compute(f: &RunFrames) -> Result<LineChart> {
+    // Per arm, per step: the seeds' tokens trained and reward EMAs.
+    type AtStep = BTreeMap<usize, (Vec<f64>, Vec<f64>)>;
+    let mut per: Vec<(String, AtStep)> = Vec::new();
+    for ((arm, _), c) in super::compute::curves(&f.steps)? {
+        let mine = super::named(&mut per, &arm);
+        for (step, (x, y)) in c.into_iter().enumerate() {
+            let e = mine.entry(step).or_default();
+            e.0.push(x);
+            e.1.push(y);
+        }
+    }
+    // Spec order of the arms, as every other figure.
+    let order = distinct(str_col(&f.steps, "arm").unwrap_or_default());
+    per.sort_by_key(|(n, _)| order.iter().position(|o| o == n));
+    let series = per
+        .into_iter()
+        .map(|(name, at)| {
+            let mut s = Series {
+                name,
+                points: Vec::new(),
+                band: Vec::new(),
+            };
+            for (xs, ys) in at.values() {
+                let x = xs.iter().sum::<f64>() / xs.len() as f64;
+                let m = mean_ci(ys);
+                s.points.push((x, m.mean));
+                if m.ci95.is_finite() {
+                    s.band.push((x, m.mean - m.ci95, m.mean + m.ci95));
+                }
+            }
+            s
+        })
+        .collect();
+    Ok(line(
+        "Training reward against compute: EMA(0.9) mean over seeds, 95% band",
+        "response tokens trained (mean over seeds at each step)",
+        "reward",
+        series,
+        false,
+    ))
+}
+
 /// Identical arms drawn once: the group's first arm named "a = b", the others dropped with
 /// their faint lines (their rewards and accuracies are the same bits).
 fn merge_twins(chart: &mut LineChart, same: &[Vec<String>]) {
@@ -281,6 +329,9 @@ fn plots_in(pdir: &Path, f: &RunFrames, regime: &str, eps: &[&Endpoint]) -> Resu
     chart.markers = event_markers(f, multi, &chart.series)?;
     merge_twins(&mut chart, &same);
     chart.save(pdir, "reward")?;
+    let mut rc = reward_vs_compute(f)?;
+    merge_twins(&mut rc, &same);
+    rc.save(pdir, "reward_vs_compute")?;
     let (series, faint) = band_chart(&curves(&f.steps, multi, "step", "eval_accuracy")?, false);
     let mut eval = line(
         "Greedy eval accuracy (held-out set): mean over seeds, 95% band; seeds faint",

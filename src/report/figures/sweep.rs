@@ -1,0 +1,249 @@
+//! Sweep figures: when a spec puts its regimes on one axis (`sweep`, each regime's `x`), every
+//! arm's per-cell values and every paired reward endpoint against that axis, one point per
+//! regime with its 95% interval over seeds.
+
+use super::{line, reference};
+use crate::report::charts::{Chart, Series, spans_decades};
+use crate::report::endpoints::Endpoint;
+use crate::report::findings::Regime;
+use crate::report::paired::Scale;
+use crate::report::run_info::RunInfo;
+use crate::report::stats::mean_ci;
+use anyhow::{Context, Result};
+use std::path::Path;
+
+/// The plot files of a sweep, under `plots/sweep/` (each as PNG and SVG).
+pub const SWEEP_PLOTS: &[&str] = &[
+    "final_reward",
+    "paired_reward",
+    "drift",
+    "clip_frac",
+    "ratio_tok_var",
+    "mismatch_kl",
+    "ratio_explosion",
+    "collapsed",
+];
+
+/// (file, per-seed metric, what it is, log axis when it spans decades).
+const METRICS: &[(&str, &str, &str, bool)] = &[
+    (
+        "final_reward",
+        "final_reward",
+        "final reward (mean of the last tenth of steps)",
+        false,
+    ),
+    (
+        "drift",
+        "drift_expert_frac",
+        "share of activated experts that change per update",
+        true,
+    ),
+    (
+        "clip_frac",
+        "clip_frac_tok",
+        "clipped-token fraction per update",
+        true,
+    ),
+    (
+        "ratio_tok_var",
+        "ratio_tok_var",
+        "token-ratio variance per update",
+        true,
+    ),
+    (
+        "mismatch_kl",
+        "mismatch_kl_k3",
+        "engine–trainer k3 KL per token",
+        true,
+    ),
+    (
+        "ratio_explosion",
+        "ratio_explosion",
+        "share of cells with a token-ratio explosion",
+        false,
+    ),
+    (
+        "collapsed",
+        "collapsed",
+        "share of cells that collapsed",
+        false,
+    ),
+];
+
+/// One series per arm name (in order of first appearance): per regime on the axis, the mean
+/// of `metric` over seeds and its 95% t band.
+fn per_arm(regs: &[Regime], xs: &[(String, f64)], metric: &str) -> Vec<Series> {
+    let mut out: Vec<Series> = Vec::new();
+    for r in regs {
+        let Some(&(_, x)) = xs.iter().find(|(n, _)| *n == r.name) else {
+            continue;
+        };
+        for (a, _) in &r.arms.arms {
+            let v: Vec<f64> = a
+                .per_seed
+                .get(metric)
+                .into_iter()
+                .flatten()
+                .copied()
+                .filter(|v| v.is_finite())
+                .collect();
+            if v.is_empty() {
+                continue;
+            }
+            let m = mean_ci(&v);
+            let k = match out.iter().position(|s| s.name == a.name) {
+                Some(k) => k,
+                None => {
+                    out.push(Series {
+                        name: a.name.clone(),
+                        points: Vec::new(),
+                        band: Vec::new(),
+                    });
+                    out.len() - 1
+                }
+            };
+            out[k].points.push((x, m.mean));
+            if m.ci95.is_finite() {
+                out[k].band.push((x, m.mean - m.ci95, m.mean + m.ci95));
+            }
+        }
+    }
+    for s in &mut out {
+        s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        s.band.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    out
+}
+
+/// The paired reward endpoints (difference scale) along the axis: one series per compared
+/// pair, its mean difference and 95% t interval per regime.
+fn paired_reward(eps: &[Endpoint], xs: &[(String, f64)]) -> Vec<Series> {
+    let mut out: Vec<Series> = Vec::new();
+    for e in eps {
+        let (Some(est), Some(&(_, x))) = (&e.est, xs.iter().find(|(n, _)| *n == e.regime)) else {
+            continue;
+        };
+        if e.scale != Scale::Difference || !e.what.starts_with("final reward") {
+            continue;
+        }
+        let name = format!("({}) {}", e.claim, e.what.replace('`', ""));
+        let k = match out.iter().position(|s| s.name == name) {
+            Some(k) => k,
+            None => {
+                out.push(Series {
+                    name,
+                    points: Vec::new(),
+                    band: Vec::new(),
+                });
+                out.len() - 1
+            }
+        };
+        out[k].points.push((x, est.mean));
+        if est.n >= 2 {
+            out[k].band.push((x, est.t_ci.0, est.t_ci.1));
+        }
+    }
+    for s in &mut out {
+        s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        s.band.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    out
+}
+
+/// Drift per update against depth with each arm's power-law fit carried to the paper's 48
+/// layers (the mean over seeds of the per-seed fits), on a log axis beside the paper's ~10%.
+fn drift_fit(
+    regs: &[Regime],
+    xs: &[(String, f64)],
+    axis: &str,
+) -> Result<crate::report::charts::LineChart> {
+    use crate::report::depth::{PAPER_DEPTH, drift_fits};
+    let mut series = per_arm(regs, xs, "drift_expert_frac");
+    let lo = xs
+        .iter()
+        .map(|p| p.1)
+        .fold(f64::INFINITY, f64::min)
+        .max(1.0);
+    for (arm, fits) in drift_fits(regs) {
+        let grid: Vec<f64> = (0..=40)
+            .map(|i| lo * (PAPER_DEPTH / lo).powf(i as f64 / 40.0))
+            .collect();
+        let points = grid
+            .iter()
+            .map(|&x| {
+                let v: Vec<f64> = fits.values().map(|f| f.at(x)).collect();
+                (x, v.iter().sum::<f64>() / v.len() as f64)
+            })
+            .collect();
+        series.push(Series {
+            name: format!("{arm}: power-law fit to {PAPER_DEPTH} layers"),
+            points,
+            band: Vec::new(),
+        });
+    }
+    let mut chart = line(
+        "Drift per update against depth, measured (95% band) and fitted drift ∝ n_layers^b carried to 48 layers",
+        axis,
+        "drift_expert_frac",
+        series,
+        true,
+    );
+    chart
+        .refs
+        .push(reference(0.10, "GSPO paper: ~10% per update (48 layers)"));
+    Ok(chart)
+}
+
+/// Write the sweep's plots under `dir/plots/sweep/`; returns that folder (relative to `dir`)
+/// and the axis, or None when the run is no sweep.
+pub fn sweep_plots(
+    dir: &Path,
+    info: &RunInfo,
+    regs: &[Regime],
+    eps: &[Endpoint],
+) -> Result<Option<(String, String)>> {
+    let Some((axis, xs)) = &info.sweep else {
+        return Ok(None);
+    };
+    let pdir = dir.join("plots").join("sweep");
+    std::fs::create_dir_all(&pdir).with_context(|| format!("creating {}", pdir.display()))?;
+    for &(file, metric, what, may_log) in METRICS {
+        let series = per_arm(regs, xs, metric);
+        let log = may_log
+            && series
+                .iter()
+                .flat_map(|s| s.points.iter())
+                .all(|p| p.1 > 0.0)
+            && spans_decades(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
+        let mut chart = line(
+            &format!("{what} against {axis}: mean over seeds, 95% interval"),
+            axis,
+            metric,
+            series,
+            log,
+        );
+        if metric == "drift_expert_frac" {
+            chart.refs.push(reference(
+                0.10,
+                "GSPO paper: ~10% per update (48-layer MoE)",
+            ));
+        }
+        chart.save(&pdir, file)?;
+    }
+    let mut chart = line(
+        &format!("Paired final-reward differences against {axis}: mean over seeds, 95% t interval"),
+        axis,
+        "reward difference (b − a)",
+        paired_reward(eps, xs),
+        false,
+    );
+    chart.refs = vec![
+        reference(crate::report::endpoints::REWARD_MARGIN, "+δ (0.05)"),
+        reference(-crate::report::endpoints::REWARD_MARGIN, "−δ"),
+    ];
+    chart.save(&pdir, "paired_reward")?;
+    if regs.first().is_some_and(|r| r.claims.contains(&'k')) {
+        drift_fit(regs, xs, axis)?.save(&pdir, "drift_fit")?;
+    }
+    Ok(Some(("plots/sweep".into(), axis.clone())))
+}
