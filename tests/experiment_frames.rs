@@ -227,7 +227,7 @@ fn three_steps_two_arms_two_seeds_write_readable_frames_and_a_report() {
         md.contains("## Findings") && md.contains("**(d) GSPO clips far more tokens than GRPO**")
     );
     assert!(
-        md.contains("not measured (needs GRPO arms with native and r2 routing)"),
+        md.contains("not measured (needs a GRPO arm with native routing and one with r2 or r3)"),
         "absent arms are said to be absent"
     );
     assert!(
@@ -457,6 +457,76 @@ fn a_sweep_draws_its_axis_and_tests_only_its_declared_claims() {
         "{letters:?}"
     );
     assert!(!md.contains("**(d)") && md.contains("**(b)"));
+    let _ = std::fs::remove_dir_all(&o.out);
+}
+
+/// A control regime and a drift regime placed on a stability map: every arm's paired change
+/// against the control is a described endpoint (l), and the map figures are drawn and linked.
+/// A control that names no regime, or the regime itself, is refused.
+#[test]
+fn a_stability_map_compares_each_regime_with_its_control() {
+    use driftlab::experiment::{MapAt, RegimeSpec};
+    use driftlab::report::figures::MAP_PLOTS;
+    let mut s = spec(2);
+    s.rl.drift_injection = None;
+    s.claims = Some(vec!['l']);
+    let at = |row: &str| {
+        Some(MapAt {
+            row: row.into(),
+            col: "len".into(),
+        })
+    };
+    s.regimes = vec![
+        RegimeSpec {
+            name: "d0".into(),
+            map: at("0%"),
+            ..RegimeSpec::default_regime()
+        },
+        RegimeSpec {
+            name: "d1".into(),
+            map: at("some"),
+            control: Some("d0".into()),
+            drift_injection: Some(DriftInjection::Sigma { sigma: 0.5 }),
+            ..RegimeSpec::default_regime()
+        },
+    ];
+    s.validate().unwrap();
+    let mut bad = s.clone();
+    bad.regimes[1].control = Some("d9".into());
+    let e = format!("{:#}", bad.validate().unwrap_err());
+    assert!(
+        e.contains("regime 'd1', key 'control'") && e.contains("d9"),
+        "{e}"
+    );
+    bad.regimes[1].control = Some("d1".into());
+    assert!(format!("{:#}", bad.validate().unwrap_err()).contains("its own control"));
+    bad.regimes[1].control = Some("d0".into());
+    bad.regimes[1].map = at("0%");
+    assert!(format!("{:#}", bad.validate().unwrap_err()).contains("is taken"));
+    let o = opts("map");
+    run_experiment(&s, &o).unwrap();
+    write_report(&o.out).unwrap();
+    let md = std::fs::read_to_string(o.out.join("report.md")).unwrap();
+    for p in MAP_PLOTS {
+        for ext in ["png", "svg"] {
+            let f = o.out.join("plots/map").join(format!("{p}.{ext}"));
+            let len = std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0);
+            assert!(len > 1000, "{} is missing or empty", f.display());
+        }
+        assert!(md.contains(&format!("(plots/map/{p}.svg)")), "{p} linked");
+    }
+    let eps: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(o.out.join("endpoints.json")).unwrap())
+            .unwrap();
+    let l: Vec<&serde_json::Value> = eps.as_array().unwrap().iter().collect();
+    // One per arm, in the drift regime only, paired over both seeds, and no verdict.
+    assert_eq!(l.len(), 2, "{eps}");
+    for e in l {
+        assert_eq!(e["claim"], "l");
+        assert_eq!(e["regime"], "d1");
+        assert_eq!(e["est"]["n"], 2);
+        assert_eq!(e["primary"], false);
+    }
     let _ = std::fs::remove_dir_all(&o.out);
 }
 

@@ -176,6 +176,12 @@ impl ExperimentSpec {
         let mut out = Vec::new();
         for (regime, arm, seed) in self.cells() {
             let at = || format!("regime '{}', arm '{}'", regime.name, arm.name);
+            let task: TaskConfig = overlay(&self.task, &regime.task)
+                .context("key 'task' of the regime")
+                .with_context(at)?;
+            task.validate()
+                .context("key 'task' of the regime")
+                .with_context(at)?;
             let model = self.model_of(&regime, &arm).with_context(at)?;
             let rl = self.rl_of(&regime, &arm, &model).with_context(at)?;
             out.push(CellConfig {
@@ -188,7 +194,7 @@ impl ExperimentSpec {
                 flush_every: self.flush_every,
                 preset: self.preset,
                 model,
-                task: self.task.clone(),
+                task,
                 coldstart: self.coldstart.clone(),
                 rl,
                 collapse: self.collapse.clone(),

@@ -10,4 +10,4 @@ pub mod spec;
 pub use cell::CellConfig;
 pub use runner::{CellState, CellStatus, RunOptions, run_experiment};
 pub use shard::Shard;
-pub use spec::{ArmSpec, CLAIM_LETTERS, DEFAULT_CLAIMS, ExperimentSpec, RegimeSpec};
+pub use spec::{ArmSpec, CLAIM_LETTERS, DEFAULT_CLAIMS, ExperimentSpec, MapAt, RegimeSpec};

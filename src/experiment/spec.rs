@@ -71,13 +71,32 @@ pub struct RegimeSpec {
     /// per depth.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub model: Map<String, Value>,
+    /// Task keys this regime sets (e.g. `task = { max_len = 48 }`), applied after `[task]`:
+    /// a length axis is one regime per length (each with its own cold start).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub task: Map<String, Value>,
     /// Only these arms run in this regime (default: every arm), e.g. a regime that exists for
     /// one comparison need not repeat the others.
     pub arms: Option<Vec<String>>,
+    /// The regime this one is compared against, seed by seed and arm by arm (the stability
+    /// map's no-drift control with the same other settings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control: Option<String>,
+    /// Where this regime sits in the stability map: its row and column labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub map: Option<MapAt>,
     /// This regime's value on the spec's `sweep` axis (e.g. 4 for N = 4); required of every
     /// regime when the spec names a sweep.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub x: Option<f64>,
+}
+
+/// A regime's place in the stability map.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MapAt {
+    pub row: String,
+    pub col: String,
 }
 
 impl RegimeSpec {
@@ -93,7 +112,10 @@ impl RegimeSpec {
             minibatches: None,
             rl: Map::new(),
             model: Map::new(),
+            task: Map::new(),
             arms: None,
+            control: None,
+            map: None,
             x: None,
         }
     }
@@ -164,7 +186,7 @@ pub struct ExperimentSpec {
 }
 
 /// The letters of the claims the report knows (`src/report/endpoints/declare.rs`).
-pub const CLAIM_LETTERS: &[char] = &['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k'];
+pub const CLAIM_LETTERS: &[char] = &['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l'];
 /// The claims a spec that names none tests.
 pub const DEFAULT_CLAIMS: &[char] = &['a', 'b', 'c', 'd', 'e', 'f'];
 
@@ -320,6 +342,37 @@ impl ExperimentSpec {
                 "regime '{}' sets `x` but the spec names no `sweep` axis",
                 r.name
             );
+        }
+        let regime_known: Vec<&str> = self.regimes.iter().map(|r| r.name.as_str()).collect();
+        for r in &self.regimes {
+            if let Some(c) = &r.control {
+                if *c == r.name {
+                    bail!(
+                        "regime '{}', key 'control': a regime cannot be its own control",
+                        r.name
+                    );
+                }
+                if !regime_known.contains(&c.as_str()) {
+                    bail!(
+                        "regime '{}', key 'control': {}",
+                        r.name,
+                        unknown("regime", c, &regime_known)
+                    );
+                }
+            }
+        }
+        let mut places = std::collections::HashSet::new();
+        for r in &self.regimes {
+            if let Some(m) = &r.map
+                && !places.insert((m.row.as_str(), m.col.as_str()))
+            {
+                bail!(
+                    "regime '{}', key 'map': row '{}', column '{}' is taken by another regime",
+                    r.name,
+                    m.row,
+                    m.col
+                );
+            }
         }
         let known: Vec<&str> = self.arms.iter().map(|a| a.name.as_str()).collect();
         let mut regime_names = std::collections::HashSet::new();

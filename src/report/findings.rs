@@ -37,6 +37,9 @@ pub struct Regime {
     pub claims: Vec<char>,
     /// The regime's value on the sweep axis, in a sweep.
     pub x: Option<f64>,
+    /// The regime it is compared against, and its place in the stability map.
+    pub control: Option<String>,
+    pub map: Option<crate::experiment::MapAt>,
 }
 
 /// Every regime of the run, with its arms.
@@ -59,6 +62,8 @@ pub fn regimes_of(f: &RunFrames, info: &RunInfo) -> Result<Vec<Regime>> {
                 .sweep
                 .as_ref()
                 .and_then(|(_, xs)| xs.iter().find(|(n, _)| n == r).map(|p| p.1)),
+            control: info.regime(r).and_then(|x| x.control.clone()),
+            map: info.regime(r).and_then(|x| x.map.clone()),
             frames,
         });
     }
@@ -81,6 +86,9 @@ pub fn endpoints(regs: &[Regime]) -> Result<Vec<Endpoint>> {
     if regs.first().is_some_and(|r| r.claims.contains(&'k')) {
         eps.extend(super::endpoints::depth_endpoints(regs));
     }
+    if regs.first().is_some_and(|r| r.claims.contains(&'l')) {
+        eps.extend(super::endpoints::control_endpoints(regs));
+    }
     evaluate(&mut eps);
     Ok(eps)
 }
@@ -88,7 +96,7 @@ pub fn endpoints(regs: &[Regime]) -> Result<Vec<Endpoint>> {
 /// The claims: letter, heading, and the function that writes a regime's context line.
 type Claim = (char, &'static str, fn(&mut String, &Regime) -> Result<()>);
 
-const CLAIMS: [Claim; 11] = [
+const CLAIMS: [Claim; 12] = [
     (
         'a',
         "**(a) Share of activated experts that change per update** (GSPO paper: ~10% on a 48-layer MoE).",
@@ -143,6 +151,11 @@ const CLAIMS: [Claim; 11] = [
         'k',
         "**(k) More experts change per update in deeper models** (GSPO paper: ~10% per update on a 48-layer MoE): per arm and seed, drift ∝ n_layers^b fitted over the depths (least squares on logs), its exponent b and its value at 48 layers.",
         depth_line,
+    ),
+    (
+        'l',
+        "**(l) Where training breaks: the paired final-reward change of every arm against its regime's control** (the stability map; described, with 95% intervals read at δ = 0.05).",
+        control_line,
     ),
 ];
 
@@ -513,6 +526,32 @@ fn depth_line(md: &mut String, r: &Regime) -> Result<()> {
         r.name,
         r.x.map_or("–".into(), |x| format!("{x}")),
         parts.join(", ")
+    )?;
+    Ok(())
+}
+
+/// (l): the control a regime is compared against and its collapses.
+fn control_line(md: &mut String, r: &Regime) -> Result<()> {
+    let Some(c) = &r.control else {
+        return writeln!(
+            md,
+            "- `{}`: a control (no regime compared against).",
+            r.name
+        )
+        .map_err(Into::into);
+    };
+    let parts: Vec<String> = r
+        .arms
+        .arms
+        .iter()
+        .map(|(a, _)| format!("{} {}", n(a), collapses(a)))
+        .collect();
+    writeln!(
+        md,
+        "- `{}` against `{c}`: collapsed cells {} (of {} seeds).",
+        r.name,
+        parts.join(", "),
+        r.arms.arms.first().map_or(0, |(a, _)| a.seeds)
     )?;
     Ok(())
 }

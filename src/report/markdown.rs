@@ -120,6 +120,16 @@ fn events_table(md: &mut String, f: &RunFrames, sums: &[ArmSummary]) -> Result<(
     Ok(())
 }
 
+/// Where `report` wrote its plots, relative to the run's folder.
+pub struct PlotFolders {
+    /// (regime, folder) per regime.
+    pub regimes: Vec<(String, String)>,
+    /// (folder, axis) of a sweep.
+    pub sweep: Option<(String, String)>,
+    /// The stability map's folder.
+    pub map: Option<String>,
+}
+
 /// The whole of `report.md`.
 pub fn report(
     f: &RunFrames,
@@ -127,9 +137,9 @@ pub fn report(
     sums: &[ArmSummary],
     regs: &[Regime],
     eps: &[Endpoint],
-    plot_dirs: &[(String, String)],
-    sweep: Option<&(String, String)>,
+    plots: &PlotFolders,
 ) -> Result<String> {
+    let plot_dirs = &plots.regimes;
     let mut md = String::new();
     let name = str_col(&f.steps, "experiment")?
         .first()
@@ -153,7 +163,13 @@ pub fn report(
     md.push_str(&findings_md(regs, eps)?);
     writeln!(md)?;
     writeln!(md, "## Plots\n")?;
-    if let Some((folder, axis)) = sweep {
+    if let Some(folder) = &plots.map {
+        writeln!(md, "### Stability map\n")?;
+        for p in super::figures::MAP_PLOTS {
+            writeln!(md, "![{p}]({folder}/{p}.svg)\n")?;
+        }
+    }
+    if let Some((folder, axis)) = &plots.sweep {
         writeln!(md, "### Along the sweep axis `{axis}`\n")?;
         for p in super::figures::SWEEP_PLOTS {
             writeln!(md, "![{p}]({folder}/{p}.svg)\n")?;

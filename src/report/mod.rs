@@ -54,9 +54,12 @@ pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
     let regs = findings::regimes_of(&f, &info)?;
     let eps = findings::endpoints(&regs)?;
     crate::io::write_json(&dir.join("endpoints.json"), &eps)?;
-    let plot_dirs = figures::make_plots(dir, &f, &eps)?;
-    let sweep = figures::sweep_plots(dir, &info, &regs, &eps)?;
-    let md = markdown::report(&f, &info, &sums, &regs, &eps, &plot_dirs, sweep.as_ref())?;
+    let plots = markdown::PlotFolders {
+        regimes: figures::make_plots(dir, &f, &eps)?,
+        sweep: figures::sweep_plots(dir, &info, &regs, &eps)?,
+        map: figures::map_plots(dir, &regs, &eps)?,
+    };
+    let md = markdown::report(&f, &info, &sums, &regs, &eps, &plots)?;
     crate::io::write_atomic(&dir.join("report.md"), md.as_bytes())?;
     Ok(sums)
 }

@@ -87,6 +87,11 @@ impl RunInfo {
         }
     }
 
+    /// The spec's regime of this name.
+    pub fn regime(&self, name: &str) -> Option<&RegimeSpec> {
+        self.regimes.iter().find(|r| r.name == name)
+    }
+
     /// (regime, arm) pairs in spec order.
     pub fn order(&self) -> Vec<(String, String)> {
         let mut order: Vec<(String, String)> = Vec::new();
@@ -142,7 +147,7 @@ impl RunInfo {
             .filter(|k| !v[*k].is_null())
             .chain(v["x"].is_number().then_some("x"))
             .map(|k| format!("`{k} = {}`", v[k]))
-            .chain(["rl", "model"].iter().flat_map(|t| {
+            .chain(["rl", "model", "task"].iter().flat_map(|t| {
                 v[*t]
                     .as_object()
                     .into_iter()

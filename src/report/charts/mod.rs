@@ -4,10 +4,12 @@
 mod bar;
 mod forest;
 mod heatmap;
+mod map;
 
 pub use bar::{Bar, BarChart};
 pub use forest::{Forest, ForestRow};
 pub use heatmap::{HeatPanel, Heatmap};
+pub use map::{MapCell, MapPanel, StabilityMap};
 
 use anyhow::{Result, anyhow};
 use plotters::coord::Shift;

@@ -472,6 +472,42 @@ pub fn depth_endpoints(regs: &[crate::report::findings::Regime]) -> Vec<Endpoint
     out
 }
 
+/// (l) per regime with a control, per arm that runs in both: the final reward in the regime
+/// minus in the control, paired by seed (described: the map's cells, not tests of a claim).
+pub fn control_endpoints(regs: &[crate::report::findings::Regime]) -> Vec<Endpoint> {
+    let mut out = Vec::new();
+    for r in regs {
+        let Some(c) = r
+            .control
+            .as_ref()
+            .and_then(|c| regs.iter().find(|x| x.name == *c))
+        else {
+            continue;
+        };
+        for (a, _) in &r.arms.arms {
+            let Some((b, _)) = c.arms.arms.iter().find(|(b, _)| b.name == a.name) else {
+                continue;
+            };
+            out.push(
+                Endpoint::new(
+                    'l',
+                    &r.name,
+                    format!(
+                        "final reward, {} in `{}` − in `{}`",
+                        name(a),
+                        r.name,
+                        c.name
+                    ),
+                    Scale::Difference,
+                    Claimed::Describe,
+                )
+                .pair(b, a, "final_reward"),
+            );
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,7 @@
 
 mod declare;
 
-pub use declare::{RegimeData, declare, depth_endpoints};
+pub use declare::{RegimeData, control_endpoints, declare, depth_endpoints};
 
 use super::paired::{Paired, Scale, paired, seeds_needed, sign_flip_p_greater};
 use super::run_info::RunInfo;

@@ -17,8 +17,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 mod panels;
+mod stability;
 mod sweep;
 use panels::{drift_heatmap, forest, mechanism, variance_by_length};
+pub use stability::{MAP_PLOTS, map_plots};
 pub use sweep::{SWEEP_PLOTS, sweep_plots};
 
 /// The plot files `report` writes for every regime (each as PNG and SVG).
