@@ -71,6 +71,9 @@ pub enum Command {
     Slurm(crate::slurm::SlurmArgs),
     /// Rebuild summary, plots and report.md of a results folder from its Parquet files.
     Report { dir: PathBuf },
+    /// Drop the frame columns the report does not read (the committed form of a results
+    /// folder; `report` writes the same files from it), recorded in config.json.
+    Slim { dir: PathBuf },
     /// Print the columns and dtypes of every frame (steps, updates, layers, events) as JSON.
     Schema,
 }

@@ -124,6 +124,16 @@ pub fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Slurm(a) => crate::slurm::run(&a),
+        Command::Slim { dir } => {
+            let (before, after) = crate::report::slim::slim(&dir)?;
+            println!(
+                "slimmed {}: frames {:.2} MB -> {:.2} MB",
+                dir.display(),
+                before as f64 / 1e6,
+                after as f64 / 1e6
+            );
+            Ok(())
+        }
         Command::Report { dir } => {
             let sums = write_report(&dir)?;
             println!(

@@ -530,6 +530,83 @@ fn a_stability_map_compares_each_regime_with_its_control() {
     let _ = std::fs::remove_dir_all(&o.out);
 }
 
+/// `slim` drops only columns the report does not read: the slim folder reports the same
+/// summary, endpoints, report.md and figures, byte for byte, and config.json names what went.
+#[test]
+fn a_slim_folder_reports_the_same_files() {
+    use driftlab::experiment::RegimeSpec;
+    use driftlab::rl::Mismatch;
+    let mut s = spec(3);
+    s.regimes = vec![
+        RegimeSpec {
+            name: "drift".into(),
+            ..RegimeSpec::default_regime()
+        },
+        RegimeSpec {
+            name: "noise".into(),
+            mismatch: Some(Mismatch::RouterNoise { sigma: 0.5 }),
+            ..RegimeSpec::default_regime()
+        },
+    ];
+    let o = opts("slim");
+    run_experiment(&s, &o).unwrap();
+    write_report(&o.out).unwrap();
+    let slim = o.out.with_extension("slim");
+    let _ = std::fs::remove_dir_all(&slim);
+    let copy = |from: &std::path::Path, to: &std::path::Path| {
+        for e in walk(from) {
+            let t = to.join(e.strip_prefix(from).unwrap());
+            std::fs::create_dir_all(t.parent().unwrap()).unwrap();
+            std::fs::copy(&e, &t).unwrap();
+        }
+    };
+    copy(&o.out, &slim);
+    let (before, after) = driftlab::report::slim::slim(&slim).unwrap();
+    assert!(after < before, "{before} -> {after}");
+    write_report(&slim).unwrap();
+    let mut compared = 0;
+    for f in walk(&o.out) {
+        let rel = f.strip_prefix(&o.out).unwrap();
+        let name = rel.to_string_lossy();
+        if name.ends_with(".parquet") || name == "config.json" || name.ends_with(".png") {
+            continue;
+        }
+        let (a, b) = (
+            std::fs::read(&f).unwrap(),
+            std::fs::read(slim.join(rel)).unwrap(),
+        );
+        assert!(a == b, "{name} differs after slim");
+        compared += 1;
+    }
+    assert!(compared > 20, "{compared} files compared");
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(slim.join("config.json")).unwrap()).unwrap();
+    assert!(
+        cfg["slim"]["updates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c == "grad_norm")
+    );
+    let _ = std::fs::remove_dir_all(&o.out);
+    let _ = std::fs::remove_dir_all(&slim);
+}
+
+/// Every file under `dir`, recursively.
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
 #[test]
 fn a_regime_can_run_a_subset_of_the_arms() {
     use driftlab::experiment::RegimeSpec;

@@ -14,6 +14,7 @@ pub mod markdown;
 pub mod paired;
 pub mod roles;
 pub mod run_info;
+pub mod slim;
 pub mod stats;
 pub mod summary;
 

@@ -58,8 +58,8 @@ pub enum MarkerKind {
 impl MarkerKind {
     fn legend(self) -> &'static str {
         match self {
-            MarkerKind::Collapse => "collapse event",
-            MarkerKind::Warning => "warning (ratio explosion / gradient spike)",
+            MarkerKind::Collapse => "first collapse event of a seed",
+            MarkerKind::Warning => "first warning of a seed (ratio explosion / gradient spike)",
         }
     }
 }

@@ -150,23 +150,30 @@ pub(super) fn band_chart(c: &Curves, smooth: bool) -> (Vec<Series>, Vec<Faint>) 
     (series, faint)
 }
 
-/// Events on the arm's smoothed mean reward at that step: collapses and warnings apart.
+/// The first collapse and the first warning of each cell, on the arm's smoothed mean reward
+/// at that step (later events of the cell would bury the curves).
 fn event_markers(f: &RunFrames, multi: bool, reward: &[Series]) -> Result<Vec<Marker>> {
     if f.events.height() == 0 {
         return Ok(Vec::new());
     }
     let ev_label = str_col(&labelled(&f.events, multi)?, "label")?;
     let ev_step = i64_col(&f.events, "step")?;
+    let ev_seed = i64_col(&f.events, "seed")?;
     let kind = str_col(&f.events, "kind")?;
+    let mut seen = std::collections::HashSet::new();
     Ok((0..ev_label.len())
         .filter_map(|i| {
+            let collapse = EventKind::parse(&kind[i]).is_ok_and(EventKind::is_collapse);
+            // Events are in step order within a cell.
+            if !seen.insert((ev_label[i].clone(), ev_seed[i], collapse)) {
+                return None;
+            }
             let s = reward.iter().find(|s| s.name == ev_label[i])?;
             let y = s
                 .points
                 .iter()
                 .find(|p| p.0 as i64 == ev_step[i])
                 .map(|p| p.1)?;
-            let collapse = EventKind::parse(&kind[i]).is_ok_and(EventKind::is_collapse);
             Some(Marker {
                 x: ev_step[i] as f64,
                 y,

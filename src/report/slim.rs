@@ -1,0 +1,116 @@
+//! `driftlab slim <dir>`: the committed form of a results folder. Drops the frame columns the
+//! report does not read (optimizer losses, gradient norms, ESS, timings, per-layer entropy and
+//! the like), so `driftlab report` on the slim folder writes the same summary, endpoints,
+//! figures and report.md as on the full one (tested), and records what it dropped in
+//! `config.json` under `slim`. A rerun of the experiment gives the full frames back.
+
+use crate::io::{read_parquet, write_json, write_parquet};
+use crate::metrics::schema;
+use anyhow::{Context, Result};
+use serde_json::{Map, Value};
+use std::path::Path;
+
+/// Per frame, the columns the report does not read.
+pub const UNREAD: &[(&str, &[&str])] = &[
+    (
+        "steps",
+        &[
+            "entropy",
+            "frac_zero_adv_groups",
+            "load_max_violation",
+            "dead_experts",
+            "staleness",
+            "t_rollout",
+            "t_update",
+            "t_probe",
+        ],
+    ),
+    (
+        "updates",
+        &[
+            "ratio_tok_mean",
+            "ratio_tok_min",
+            "logratio_tok_var",
+            "logratio_within_seq_var",
+            "ess",
+            "clip_frac_low",
+            "clip_frac_high",
+            "clip_frac_seq",
+            "kl_old",
+            "kl_ref",
+            "grad_norm",
+            "loss_policy",
+            "loss_aux",
+            "loss_total",
+            "applied",
+            "router_shift_mean",
+            "router_shift_floored",
+            "drift_token_frac",
+            "drift_flips_per_token",
+            "router_js",
+            "drift_bias_expert_frac",
+            "t_update",
+            "t_probe",
+        ],
+    ),
+    (
+        "layers",
+        &[
+            "drift_token_frac",
+            "router_js",
+            "router_entropy",
+            "load_max_violation",
+            "dead_experts",
+        ],
+    ),
+];
+
+/// Rewrite the frames of `dir` without their unread columns; returns the bytes before and
+/// after. A folder slimmed before is slimmed again without change.
+pub fn slim(dir: &Path) -> Result<(u64, u64)> {
+    let (mut before, mut after) = (0, 0);
+    let mut dropped = Map::new();
+    for s in schema::frames() {
+        let path = dir.join(s.file_name());
+        if !path.exists() {
+            continue;
+        }
+        before += std::fs::metadata(&path)?.len();
+        let df = read_parquet(&path)?;
+        let unread = UNREAD
+            .iter()
+            .find(|(n, _)| *n == s.name)
+            .map_or(&[][..], |(_, c)| *c);
+        let gone: Vec<&str> = unread
+            .iter()
+            .copied()
+            .filter(|c| df.column(c).is_ok())
+            .collect();
+        if !gone.is_empty() {
+            let mut df = df.drop_many(gone.iter().copied());
+            write_parquet(&mut df, &path)?;
+            dropped.insert(
+                s.name.into(),
+                Value::from(gone.iter().map(|c| c.to_string()).collect::<Vec<_>>()),
+            );
+        }
+        after += std::fs::metadata(&path)?.len();
+    }
+    let cfg_path = dir.join("config.json");
+    let mut cfg: Value = serde_json::from_slice(
+        &std::fs::read(&cfg_path).with_context(|| format!("reading {}", cfg_path.display()))?,
+    )
+    .with_context(|| format!("reading {}", cfg_path.display()))?;
+    if !dropped.is_empty() {
+        let slim = cfg
+            .as_object_mut()
+            .context("config.json is not an object")?
+            .entry("slim")
+            .or_insert_with(|| Value::Object(Map::new()));
+        for (k, v) in dropped {
+            slim[k.as_str()] = v;
+        }
+        write_json(&cfg_path, &cfg)?;
+    }
+    Ok((before, after))
+}
