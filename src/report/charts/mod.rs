@@ -389,9 +389,13 @@ impl Chart for LineChart {
             .build_cartesian_2d(x0..x1, y0..y1)
             .map_err(err)?;
         let log = self.log_y;
+        // A tick at 0 computed as a sum of steps comes out as float noise (−5.6e-17).
+        let zero = 1e-9 * (y1 - y0).abs();
         let fmt = move |v: &f64| {
             if log {
                 format!("{:.0e}", 10f64.powf(*v))
+            } else if v.abs() <= zero {
+                "0".to_string()
             } else if v.abs() >= 1000.0 || (v.abs() < 0.01 && *v != 0.0) {
                 format!("{v:.1e}")
             } else {

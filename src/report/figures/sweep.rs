@@ -29,49 +29,75 @@ const METRICS: &[(&str, &str, &str, bool)] = &[
     (
         "final_reward",
         "final_reward",
-        "final reward (mean of the last tenth of steps)",
+        "Final reward (last tenth of steps)",
         false,
     ),
-    (
-        "drift",
-        "drift_expert_frac",
-        "share of activated experts that change per update",
-        true,
-    ),
-    (
-        "clip_frac",
-        "clip_frac_tok",
-        "clipped-token fraction per update",
-        true,
-    ),
+    ("drift", "drift_expert_frac", "Drift per update", true),
+    ("clip_frac", "clip_frac_tok", "Clipped-token fraction", true),
     (
         "ratio_tok_var",
         "ratio_tok_var",
-        "token-ratio variance per update",
+        "Token-ratio variance",
         true,
     ),
     (
         "mismatch_kl",
         "mismatch_kl_k3",
-        "engine–trainer k3 KL per token",
+        "Engine–trainer k3 KL per token",
         true,
     ),
     (
         "ratio_explosion",
         "ratio_explosion",
-        "share of cells with a token-ratio explosion",
+        "Share of cells with a token-ratio explosion (Wilson 95%)",
         false,
     ),
     (
         "collapsed",
         "collapsed",
-        "share of cells that collapsed",
+        "Share of cells that collapsed (Wilson 95%)",
         false,
     ),
 ];
 
+/// Per-cell 0/1 values: their band is the Wilson score interval of the share, not a t band.
+const RATES: &[&str] = &["ratio_explosion", "collapsed"];
+
+/// The 95% Wilson score interval of a share `p` of `n` cells (inside [0, 1]).
+fn wilson(p: f64, n: usize) -> (f64, f64) {
+    let (z, n) = (1.959_963_984_540_054, n as f64);
+    let c = (p + z * z / (2.0 * n)) / (1.0 + z * z / n);
+    let h = z / (1.0 + z * z / n) * (p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt();
+    (c - h, c + h)
+}
+
+/// The series named `name`, appended empty when absent.
+fn series_named<'a>(out: &'a mut Vec<Series>, name: &str) -> &'a mut Series {
+    let k = match out.iter().position(|s| s.name == name) {
+        Some(k) => k,
+        None => {
+            out.push(Series {
+                name: name.into(),
+                points: Vec::new(),
+                band: Vec::new(),
+            });
+            out.len() - 1
+        }
+    };
+    &mut out[k]
+}
+
+/// Points and bands in x order.
+fn sorted(mut out: Vec<Series>) -> Vec<Series> {
+    for s in &mut out {
+        s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        s.band.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    out
+}
+
 /// One series per arm name (in order of first appearance): per regime on the axis, the mean
-/// of `metric` over seeds and its 95% t band.
+/// of `metric` over seeds and its 95% band (t, or Wilson for shares of cells).
 fn per_arm(regs: &[Regime], xs: &[(String, f64)], metric: &str) -> Vec<Series> {
     let mut out: Vec<Series> = Vec::new();
     for r in regs {
@@ -91,28 +117,17 @@ fn per_arm(regs: &[Regime], xs: &[(String, f64)], metric: &str) -> Vec<Series> {
                 continue;
             }
             let m = mean_ci(&v);
-            let k = match out.iter().position(|s| s.name == a.name) {
-                Some(k) => k,
-                None => {
-                    out.push(Series {
-                        name: a.name.clone(),
-                        points: Vec::new(),
-                        band: Vec::new(),
-                    });
-                    out.len() - 1
-                }
-            };
-            out[k].points.push((x, m.mean));
-            if m.ci95.is_finite() {
-                out[k].band.push((x, m.mean - m.ci95, m.mean + m.ci95));
+            let s = series_named(&mut out, &a.name);
+            s.points.push((x, m.mean));
+            if RATES.contains(&metric) {
+                let (lo, hi) = wilson(m.mean, v.len());
+                s.band.push((x, lo, hi));
+            } else if m.ci95.is_finite() {
+                s.band.push((x, m.mean - m.ci95, m.mean + m.ci95));
             }
         }
     }
-    for s in &mut out {
-        s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
-        s.band.sort_by(|a, b| a.0.total_cmp(&b.0));
-    }
-    out
+    sorted(out)
 }
 
 /// The paired reward endpoints (difference scale) along the axis: one series per compared
@@ -126,28 +141,16 @@ fn paired_reward(eps: &[Endpoint], xs: &[(String, f64)]) -> Vec<Series> {
         if e.scale != Scale::Difference || !e.what.starts_with("final reward") {
             continue;
         }
-        let name = format!("({}) {}", e.claim, e.what.replace('`', ""));
-        let k = match out.iter().position(|s| s.name == name) {
-            Some(k) => k,
-            None => {
-                out.push(Series {
-                    name,
-                    points: Vec::new(),
-                    band: Vec::new(),
-                });
-                out.len() - 1
-            }
-        };
-        out[k].points.push((x, est.mean));
+        let s = series_named(
+            &mut out,
+            &format!("({}) {}", e.claim, e.what.replace('`', "")),
+        );
+        s.points.push((x, est.mean));
         if est.n >= 2 {
-            out[k].band.push((x, est.t_ci.0, est.t_ci.1));
+            s.band.push((x, est.t_ci.0, est.t_ci.1));
         }
     }
-    for s in &mut out {
-        s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
-        s.band.sort_by(|a, b| a.0.total_cmp(&b.0));
-    }
-    out
+    sorted(out)
 }
 
 /// Drift per update against depth with each arm's power-law fit carried to the paper's 48
@@ -216,7 +219,7 @@ pub fn sweep_plots(
                 .all(|p| p.1 > 0.0)
             && spans_decades(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
         let mut chart = line(
-            &format!("{what} against {axis}: mean over seeds, 95% interval"),
+            &format!("{what}: mean over seeds, 95% interval"),
             axis,
             metric,
             series,
@@ -231,7 +234,7 @@ pub fn sweep_plots(
         chart.save(&pdir, file)?;
     }
     let mut chart = line(
-        &format!("Paired final-reward differences against {axis}: mean over seeds, 95% t interval"),
+        "Paired final-reward differences (b − a): mean over seeds, 95% t interval",
         axis,
         "reward difference (b − a)",
         paired_reward(eps, xs),
@@ -246,4 +249,19 @@ pub fn sweep_plots(
         drift_fit(regs, xs, axis)?.save(&pdir, "drift_fit")?;
     }
     Ok(Some(("plots/sweep".into(), axis.clone())))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn wilson_intervals_stay_inside_zero_and_one() {
+        // 0 of 8 cells: [0, 0.324]; 7 of 8: [0.529, 0.978] (published Wilson values).
+        let (lo, hi) = super::wilson(0.0, 8);
+        assert!(lo.abs() < 1e-12 && (hi - 0.3244).abs() < 1e-3, "{lo} {hi}");
+        let (lo, hi) = super::wilson(7.0 / 8.0, 8);
+        assert!(
+            (lo - 0.5291).abs() < 1e-3 && (hi - 0.9776).abs() < 1e-3,
+            "{lo} {hi}"
+        );
+    }
 }
