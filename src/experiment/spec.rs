@@ -312,6 +312,29 @@ impl ExperimentSpec {
                 );
             }
         }
+        self.validate_figure_keys()?;
+        let known: Vec<&str> = self.arms.iter().map(|a| a.name.as_str()).collect();
+        let mut regime_names = std::collections::HashSet::new();
+        for r in &self.regimes {
+            if !regime_names.insert(r.name.as_str()) {
+                bail!("key 'regimes': regime name '{}' appears twice", r.name);
+            }
+            for n in r.arms.iter().flatten() {
+                if !known.contains(&n.as_str()) {
+                    bail!(
+                        "regime '{}', key 'arms': {}",
+                        r.name,
+                        unknown("arm", n, &known)
+                    );
+                }
+            }
+        }
+        self.resolve("").map(|_| ())
+    }
+
+    /// The keys of the paper-figure experiments: declared claims, a sweep axis with every
+    /// regime's `x`, controls that name other regimes, map places taken once.
+    fn validate_figure_keys(&self) -> Result<()> {
         if let Some(c) = &self.claims {
             if c.is_empty() {
                 bail!("key 'claims': name at least one claim, or leave the key out for (a)-(f)");
@@ -374,23 +397,7 @@ impl ExperimentSpec {
                 );
             }
         }
-        let known: Vec<&str> = self.arms.iter().map(|a| a.name.as_str()).collect();
-        let mut regime_names = std::collections::HashSet::new();
-        for r in &self.regimes {
-            if !regime_names.insert(r.name.as_str()) {
-                bail!("key 'regimes': regime name '{}' appears twice", r.name);
-            }
-            for n in r.arms.iter().flatten() {
-                if !known.contains(&n.as_str()) {
-                    bail!(
-                        "regime '{}', key 'arms': {}",
-                        r.name,
-                        unknown("arm", n, &known)
-                    );
-                }
-            }
-        }
-        self.resolve("").map(|_| ())
+        Ok(())
     }
 
     /// The regimes to run (the implicit `default` when the spec names none).

@@ -3,6 +3,7 @@
 
 pub mod charts;
 pub mod compute;
+mod context;
 pub mod depth;
 pub mod endpoints;
 pub mod figures;

@@ -11,8 +11,10 @@
 //! verdict is "inconclusive at n seeds", with the seeds that would resolve it.
 
 mod declare;
+mod paper;
 
-pub use declare::{RegimeData, control_endpoints, declare, depth_endpoints};
+pub use declare::{RegimeData, declare};
+pub use paper::{EXTREME_PSEUDO, control_endpoints, depth_endpoints};
 
 use super::paired::{Paired, Scale, paired, seeds_needed, sign_flip_p_greater};
 use super::run_info::RunInfo;
