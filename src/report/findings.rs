@@ -54,10 +54,7 @@ pub fn regimes_of(f: &RunFrames, info: &RunInfo) -> Result<Vec<Regime>> {
             same: super::identical::identical_groups(&frames.steps)?,
             mismatch: regime_has_mismatch(info, r),
             claims: info.claims.clone(),
-            x: info
-                .sweep
-                .as_ref()
-                .and_then(|(_, xs)| xs.iter().find(|(n, _)| n == r).map(|p| p.1)),
+            x: info.regime(r).and_then(|x| x.x),
             control: info.regime(r).and_then(|x| x.control.clone()),
             map: info.regime(r).and_then(|x| x.map.clone()),
             frames,

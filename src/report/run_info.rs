@@ -27,8 +27,8 @@ pub struct RunInfo {
     pub regimes: Vec<RegimeSpec>,
     /// The claims the spec declared ([`crate::experiment::DEFAULT_CLAIMS`] when it names none).
     pub claims: Vec<char>,
-    /// The sweep axis and each regime's value on it, in spec order.
-    pub sweep: Option<(String, Vec<(String, f64)>)>,
+    /// The sweep axis (each regime's value on it is its `x`).
+    pub sweep: Option<String>,
 }
 
 impl Default for RunInfo {
@@ -68,21 +68,13 @@ impl RunInfo {
                 ..RunInfo::default()
             };
         };
-        let sweep = spec.sweep.clone().map(|axis| {
-            let xs = spec
-                .regimes
-                .iter()
-                .filter_map(|r| r.x.map(|x| (r.name.clone(), x)))
-                .collect();
-            (axis, xs)
-        });
         RunInfo {
             cells,
             claims: spec
                 .claims
                 .clone()
                 .unwrap_or_else(|| crate::experiment::DEFAULT_CLAIMS.to_vec()),
-            sweep,
+            sweep: spec.sweep,
             regimes: spec.regimes,
         }
     }

@@ -98,10 +98,10 @@ fn sorted(mut out: Vec<Series>) -> Vec<Series> {
 
 /// One series per arm name (in order of first appearance): per regime on the axis, the mean
 /// of `metric` over seeds and its 95% band (t, or Wilson for shares of cells).
-fn per_arm(regs: &[Regime], xs: &[(String, f64)], metric: &str) -> Vec<Series> {
+fn per_arm(regs: &[Regime], metric: &str) -> Vec<Series> {
     let mut out: Vec<Series> = Vec::new();
     for r in regs {
-        let Some(&(_, x)) = xs.iter().find(|(n, _)| *n == r.name) else {
+        let Some(x) = r.x else {
             continue;
         };
         for (a, _) in &r.arms.arms {
@@ -132,10 +132,11 @@ fn per_arm(regs: &[Regime], xs: &[(String, f64)], metric: &str) -> Vec<Series> {
 
 /// The paired reward endpoints (difference scale) along the axis: one series per compared
 /// pair, its mean difference and 95% t interval per regime.
-fn paired_reward(eps: &[Endpoint], xs: &[(String, f64)]) -> Vec<Series> {
+fn paired_reward(eps: &[Endpoint], regs: &[Regime]) -> Vec<Series> {
     let mut out: Vec<Series> = Vec::new();
     for e in eps {
-        let (Some(est), Some(&(_, x))) = (&e.est, xs.iter().find(|(n, _)| *n == e.regime)) else {
+        let x = regs.iter().find(|r| r.name == e.regime).and_then(|r| r.x);
+        let (Some(est), Some(x)) = (&e.est, x) else {
             continue;
         };
         if e.scale != Scale::Difference || !e.what.starts_with("final reward") {
@@ -155,16 +156,12 @@ fn paired_reward(eps: &[Endpoint], xs: &[(String, f64)]) -> Vec<Series> {
 
 /// Drift per update against depth with each arm's power-law fit carried to the paper's 48
 /// layers (the mean over seeds of the per-seed fits), on a log axis beside the paper's ~10%.
-fn drift_fit(
-    regs: &[Regime],
-    xs: &[(String, f64)],
-    axis: &str,
-) -> Result<crate::report::charts::LineChart> {
+fn drift_fit(regs: &[Regime], axis: &str) -> Result<crate::report::charts::LineChart> {
     use crate::report::depth::{PAPER_DEPTH, drift_fits};
-    let mut series = per_arm(regs, xs, "drift_expert_frac");
-    let lo = xs
+    let mut series = per_arm(regs, "drift_expert_frac");
+    let lo = regs
         .iter()
-        .map(|p| p.1)
+        .filter_map(|r| r.x)
         .fold(f64::INFINITY, f64::min)
         .max(1.0);
     for (arm, fits) in drift_fits(regs) {
@@ -205,13 +202,13 @@ pub fn sweep_plots(
     regs: &[Regime],
     eps: &[Endpoint],
 ) -> Result<Option<(String, String)>> {
-    let Some((axis, xs)) = &info.sweep else {
+    let Some(axis) = &info.sweep else {
         return Ok(None);
     };
     let pdir = dir.join("plots").join("sweep");
     std::fs::create_dir_all(&pdir).with_context(|| format!("creating {}", pdir.display()))?;
     for &(file, metric, what, may_log) in METRICS {
-        let series = per_arm(regs, xs, metric);
+        let series = per_arm(regs, metric);
         let log = may_log
             && series
                 .iter()
@@ -237,7 +234,7 @@ pub fn sweep_plots(
         "Paired final-reward differences (b − a): mean over seeds, 95% t interval",
         axis,
         "reward difference (b − a)",
-        paired_reward(eps, xs),
+        paired_reward(eps, regs),
         false,
     );
     chart.refs = vec![
@@ -246,7 +243,7 @@ pub fn sweep_plots(
     ];
     chart.save(&pdir, "paired_reward")?;
     if regs.first().is_some_and(|r| r.claims.contains(&'k')) {
-        drift_fit(regs, xs, axis)?.save(&pdir, "drift_fit")?;
+        drift_fit(regs, axis)?.save(&pdir, "drift_fit")?;
     }
     Ok(Some(("plots/sweep".into(), axis.clone())))
 }
