@@ -66,6 +66,24 @@ pub(super) fn name(a: &ArmSummary) -> String {
     format!("`{}`", a.name)
 }
 
+/// The final reward of `b` minus `a`, seed by seed, under claim `claim` of regime `r`.
+pub(super) fn reward_gain(
+    claim: char,
+    r: &RegimeData,
+    a: &ArmSummary,
+    b: &ArmSummary,
+    claimed: Claimed,
+) -> Endpoint {
+    Endpoint::new(
+        claim,
+        r.name,
+        format!("final reward, {} − {}", name(b), name(a)),
+        Scale::Difference,
+        claimed,
+    )
+    .pair(a, b, "final_reward")
+}
+
 /// The endpoints of one regime, in claim order. Arms are found by what they are.
 pub fn declare(r: &RegimeData) -> Result<Vec<Endpoint>> {
     type Declare = fn(&RegimeData, &mut Vec<Endpoint>);
@@ -124,14 +142,7 @@ fn replay(r: &RegimeData, out: &mut Vec<Endpoint>) {
         return;
     };
     for rep in [r2, r3].into_iter().flatten() {
-        let mut e = Endpoint::new(
-            'b',
-            r.name,
-            format!("final reward, {} − {}", name(rep), name(g)),
-            Scale::Difference,
-            Claimed::Greater,
-        )
-        .pair(g, rep, "final_reward");
+        let mut e = reward_gain('b', r, g, rep, Claimed::Greater);
         if let (Some(x), true) = (r2, rep.routing == "r3")
             && twins(r.same, &x.name, &rep.name)
         {
@@ -166,16 +177,7 @@ fn replay(r: &RegimeData, out: &mut Vec<Endpoint>) {
 /// (c) GSPO without replay not worse than GRPO with R2.
 fn gspo_stable(r: &RegimeData, out: &mut Vec<Endpoint>) {
     if let (Some(gs), Some(rep)) = (r.arms.gspo(), r.arms.grpo(RoutingMode::R2)) {
-        out.push(
-            Endpoint::new(
-                'c',
-                r.name,
-                format!("final reward, {} − {}", name(gs), name(rep)),
-                Scale::Difference,
-                Claimed::NotWorse,
-            )
-            .pair(rep, gs, "final_reward"),
-        );
+        out.push(reward_gain('c', r, rep, gs, Claimed::NotWorse));
     }
 }
 

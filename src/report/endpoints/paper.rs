@@ -1,7 +1,7 @@
 //! The endpoints of the paper-figure experiments' claims (g)–(l), declared before their runs
 //! like those of (a)–(f) in [`super::declare`].
 
-use super::declare::{RegimeData, name, seeds_of};
+use super::declare::{RegimeData, name, reward_gain, seeds_of};
 use super::{Claimed, EXPONENT_MARGIN, Endpoint};
 use crate::report::paired::Scale;
 use crate::report::summary::ArmSummary;
@@ -59,28 +59,10 @@ pub(super) fn extreme_share(r: &RegimeData, out: &mut Vec<Endpoint>) {
 /// 20.7 vs 14.8 on Qwen2.5-Math-7B, stable off-policy).
 pub(super) fn gvpo_reward(r: &RegimeData, out: &mut Vec<Endpoint>) {
     if let (Some(v), Some(g)) = (r.arms.gvpo(), r.arms.grpo(RoutingMode::Native)) {
-        out.push(
-            Endpoint::new(
-                'h',
-                r.name,
-                format!("final reward, {} − {}", name(v), name(g)),
-                Scale::Difference,
-                Claimed::Greater,
-            )
-            .pair(g, v, "final_reward"),
-        );
+        out.push(reward_gain('h', r, g, v, Claimed::Greater));
     }
     if let (Some(v), Some(s)) = (r.arms.gvpo(), r.arms.gspo()) {
-        out.push(
-            Endpoint::new(
-                'h',
-                r.name,
-                format!("final reward, {} − {}", name(v), name(s)),
-                Scale::Difference,
-                Claimed::Describe,
-            )
-            .pair(s, v, "final_reward"),
-        );
+        out.push(reward_gain('h', r, s, v, Claimed::Describe));
     }
 }
 
@@ -91,16 +73,7 @@ pub(super) fn tis_reward(r: &RegimeData, out: &mut Vec<Endpoint>) {
         return;
     }
     if let (Some(t), Some(g)) = (r.arms.grpo_tis(), r.arms.grpo(RoutingMode::Native)) {
-        out.push(
-            Endpoint::new(
-                'i',
-                r.name,
-                format!("final reward, {} − {}", name(t), name(g)),
-                Scale::Difference,
-                Claimed::Greater,
-            )
-            .pair(g, t, "final_reward"),
-        );
+        out.push(reward_gain('i', r, g, t, Claimed::Greater));
     }
 }
 
