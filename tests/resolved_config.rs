@@ -132,6 +132,63 @@ fn regimes_set_model_and_rl_tables_and_a_depth_override_changes_depth_only() {
     assert!(e.contains("minibatchs") && e.contains("regime"), "{e}");
 }
 
+/// A length axis is one regime per length: a regime's `task` and `coldstart` keys change its
+/// cells' task and cold-start budget (and so the cold start they load), nothing else, and bad
+/// keys name the regime.
+#[test]
+fn regimes_set_task_and_coldstart_keys_and_each_budget_has_its_own_cold_start() {
+    let text = format!(
+        "{HEAD}preset = 'toy'\n[coldstart]\nmax_steps = 900\n{ARM}\
+         [[regimes]]\nname = 'short'\n\
+         [[regimes]]\nname = 'long'\ntask = {{ max_len = 48, partial_credit = true }}\n\
+         [[regimes]]\nname = 'long_budget'\ntask = {{ max_len = 48, partial_credit = true }}\n\
+         coldstart = {{ max_steps = 300 }}\n"
+    );
+    let s = ExperimentSpec::from_toml(&text, "x.toml").unwrap();
+    let cells = s.resolve("flex").unwrap();
+    let (short, long, budget) = (&cells[0], &cells[1], &cells[2]);
+    assert_eq!((short.task.max_len, short.task.partial_credit), (16, false));
+    assert_eq!((long.task.max_len, long.task.partial_credit), (48, true));
+    assert_eq!(long.task, budget.task);
+    assert_eq!(
+        (
+            short.coldstart.max_steps,
+            long.coldstart.max_steps,
+            budget.coldstart.max_steps
+        ),
+        (900, 900, 300)
+    );
+    let mut same = budget.coldstart.clone();
+    same.max_steps = 900;
+    assert_eq!(same, long.coldstart, "only the budget differs");
+    assert_eq!(long.model, budget.model);
+    let keys = [
+        short.coldstart_key(),
+        long.coldstart_key(),
+        budget.coldstart_key(),
+    ];
+    assert!(
+        keys[0] != keys[1] && keys[1] != keys[2] && keys[0] != keys[2],
+        "one cold start per task and budget: {keys:?}"
+    );
+    let bad = |extra: &str| {
+        format!(
+            "{:#}",
+            ExperimentSpec::from_toml(
+                &format!("{HEAD}{ARM}[[regimes]]\nname = 'r'\n{extra}"),
+                "x.toml"
+            )
+            .unwrap_err()
+        )
+    };
+    let e = bad("coldstart = { max_step = 3 }\n");
+    assert!(e.contains("regime 'r'") && e.contains("max_step"), "{e}");
+    let e = bad("coldstart = { batch_size = 0 }\n");
+    assert!(e.contains("regime 'r'") && e.contains("batch_size"), "{e}");
+    let e = bad("task = { min_len = 20 }\n");
+    assert!(e.contains("regime 'r'") && e.contains("min_len"), "{e}");
+}
+
 /// An N sweep at a fixed minibatch size: `minibatch_prompts` sets the batch, and of it and
 /// `batch_prompts` the one a later level sets wins; both in one table is an error.
 #[test]

@@ -182,6 +182,13 @@ impl ExperimentSpec {
             task.validate()
                 .context("key 'task' of the regime")
                 .with_context(at)?;
+            let coldstart: ColdStartConfig = overlay(&self.coldstart, &regime.coldstart)
+                .context("key 'coldstart' of the regime")
+                .with_context(at)?;
+            coldstart
+                .validate()
+                .context("key 'coldstart' of the regime")
+                .with_context(at)?;
             let model = self.model_of(&regime, &arm).with_context(at)?;
             let rl = self.rl_of(&regime, &arm, &model).with_context(at)?;
             out.push(CellConfig {
@@ -195,7 +202,7 @@ impl ExperimentSpec {
                 preset: self.preset,
                 model,
                 task,
-                coldstart: self.coldstart.clone(),
+                coldstart,
                 rl,
                 collapse: self.collapse.clone(),
                 device: device.into(),

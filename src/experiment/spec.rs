@@ -75,6 +75,12 @@ pub struct RegimeSpec {
     /// a length axis is one regime per length (each with its own cold start).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub task: Map<String, Value>,
+    /// Cold-start keys this regime sets (e.g. `coldstart = { max_steps = 500 }`), applied after
+    /// `[coldstart]`: a long-response column whose cold start cannot reach the target accuracy
+    /// in the spec's budget gets its own (the cache key holds it, so each budget has its own
+    /// checkpoint).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub coldstart: Map<String, Value>,
     /// Only these arms run in this regime (default: every arm), e.g. a regime that exists for
     /// one comparison need not repeat the others.
     pub arms: Option<Vec<String>>,
@@ -113,6 +119,7 @@ impl RegimeSpec {
             rl: Map::new(),
             model: Map::new(),
             task: Map::new(),
+            coldstart: Map::new(),
             arms: None,
             control: None,
             map: None,
