@@ -39,6 +39,11 @@ pub enum Command {
         /// Also time RL steps (toy, sort 4-16, B 16, G 8, N 4) from the cached cold start.
         #[arg(long)]
         rl: bool,
+        /// With --rl: time RL steps of this preset instead (its cached cold start, else a
+        /// random init), split into rollout, pi_old, train fwd+bwd, optimizer and probe, with
+        /// tokens/s, achieved GFLOP/s and peak RSS.
+        #[arg(long)]
+        preset: Option<Preset>,
     },
     /// Learning check: RL from the cached cold start, printing reward early vs late per seed.
     Learn(crate::learn::LearnArgs),

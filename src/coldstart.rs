@@ -306,6 +306,20 @@ struct CacheMeta {
     seconds: f64,
 }
 
+/// The cached cold start for these settings, if one is cached; never trains (a benchmark of a
+/// large preset uses it where it exists and a random init where not).
+pub fn cached(
+    model_cfg: &ModelConfig,
+    task: &TaskConfig,
+    cs: &ColdStartConfig,
+    seed: u64,
+    device: &Device,
+    cache_dir: &Path,
+) -> Option<ColdStart> {
+    let path = cache_path(cache_dir, &cache_key(model_cfg, task, cs, seed));
+    load_cached(&path, model_cfg, device)
+}
+
 /// The cached cold start at `path`, if there is a usable one.
 fn load_cached(path: &Path, model_cfg: &ModelConfig, device: &Device) -> Option<ColdStart> {
     if !path.exists() {

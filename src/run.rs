@@ -68,7 +68,8 @@ pub fn run(cli: Cli) -> Result<()> {
             reps,
             layer_only,
             rl,
-        } => crate::bench::run(&device, reps, layer_only, rl),
+            preset,
+        } => crate::bench::run(&device, reps, layer_only, rl, preset),
         Command::Learn(args) => crate::learn::run(&device, &args),
         Command::Experiment(a) => experiment(device, device_name, jobs, a),
         Command::Check {

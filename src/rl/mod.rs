@@ -7,6 +7,7 @@ pub mod drift;
 pub mod loss;
 pub mod micro;
 mod old;
+pub mod record;
 pub mod rollout;
 pub mod router_shift;
 pub mod step;

@@ -5,9 +5,10 @@
 use super::advantage::advantages;
 use super::config::{DriftInjection, OldLogp, RlConfig, RoutingMode};
 use super::drift::{DriftWalk, calibrate_sigma};
-use super::loss::{LossStats, PolicyBatch, policy_loss};
+use super::loss::{PolicyBatch, policy_loss};
 use super::micro::{Accumulated, Batch, MicroForward, accumulate, concat_layers, micro_share};
 use super::old::{LayerRoutes, OldPolicy, native_and_probs};
+pub use super::record::{StepOutput, UpdateRecord};
 use super::rollout::rollout;
 use super::router_shift::{router_shift, shifted_old_logp};
 use crate::hash::derive_seed;
@@ -21,77 +22,6 @@ use burn::tensor::Tensor;
 use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
 use std::time::Instant;
-
-/// What one minibatch update did, with everything measured around it.
-#[derive(Clone, Debug)]
-pub struct UpdateRecord {
-    pub minibatch: usize,
-    pub stats: LossStats,
-    /// Loss terms: policy (incl. KL), load balance, z; and their weighted total.
-    pub loss_policy: f32,
-    pub loss_aux: f32,
-    pub loss_z: f32,
-    pub loss_total: f32,
-    pub grad_norm: f32,
-    /// False when the update was skipped; `skip_reason` says why.
-    pub applied: bool,
-    pub skip_reason: Option<String>,
-    pub lr: f64,
-    /// Per MoE layer, `[tokens, k]` over the minibatch layout: native routes of the pre-step
-    /// policy (from the update forward), ids the update forward ran, native routes of the
-    /// updated policy (drift probe), and π_old's native routes.
-    pub routes_before: Vec<Vec<u16>>,
-    pub routes_used: Vec<Vec<u16>>,
-    pub routes_after: Vec<Vec<u16>>,
-    /// `sigmoid_bias` only (empty otherwise): native routes of the pre-step weights with the
-    /// updated bias, on the same inputs and walk offsets as the update forward, so that
-    /// `routes_before → routes_bias_only` is the drift the bias update alone causes.
-    pub routes_bias_only: Vec<Vec<u16>>,
-    pub routes_old: Vec<Vec<u16>>,
-    /// Per MoE layer router distributions `[tokens, n_experts]` before and after the step.
-    pub probs_before: Vec<Vec<f32>>,
-    pub probs_after: Vec<Vec<f32>>,
-    /// Real (non-padding) tokens of the minibatch layout.
-    pub valid: Vec<bool>,
-    /// Per response token of the minibatch: log π_old from the trainer's recompute (also with
-    /// `old_logp = rollout`, where the ratios use `logp_mu`), rollout engine, reference (log π_θ
-    /// before the step is `stats.logp`).
-    pub logp_old: Vec<f32>,
-    pub logp_mu: Vec<f32>,
-    pub logp_ref: Vec<f32>,
-    /// Advantages and lengths of the minibatch's responses.
-    pub adv: Vec<f32>,
-    pub lens: Vec<usize>,
-    pub t_update: f64,
-    pub t_probe: f64,
-}
-
-/// Everything one RL step produced.
-#[derive(Clone, Debug)]
-pub struct StepOutput {
-    pub step: usize,
-    /// How many steps old the policy that sampled this rollout batch is: `min(step, k)` for
-    /// `rollout_staleness = k`.
-    pub staleness: usize,
-    pub rewards: Vec<f32>,
-    pub correct: Vec<bool>,
-    pub adv: Vec<f32>,
-    pub resp_lens: Vec<usize>,
-    /// Per response token of the rollout batch: rollout-engine and π_old log-probs.
-    pub logp_mu: Vec<f32>,
-    pub logp_old: Vec<f32>,
-    /// Mean full-vocabulary entropy of π_old on the sampled positions.
-    pub entropy: f32,
-    /// Per MoE layer over the whole rollout layout `[tokens, k]`: rollout-engine routes
-    /// (`NO_ROUTE` where never routed) and π_old's native routes; real-token mask.
-    pub routes_rollout: Vec<Vec<u16>>,
-    pub routes_old: Vec<Vec<u16>>,
-    pub valid: Vec<bool>,
-    pub updates: Vec<UpdateRecord>,
-    pub t_rollout: f64,
-    pub t_update: f64,
-    pub t_probe: f64,
-}
 
 /// An RL cell's trainer: the policy, its optimizer, the frozen reference and the RNG streams.
 pub struct Trainer {
@@ -214,6 +144,7 @@ impl Trainer {
         let adv = advantages(&b.ro.rewards, cfg.group_size, cfg.advantage);
         self.calibrate_drift(&b, &old);
         let mut walk = self.drift_walk(&b);
+        let t_old = started.elapsed().as_secs_f64();
         let lr = cfg.optimizer.lr * cfg.lr_schedule.factor(self.step, cfg.total_steps);
         let mut updates = Vec::with_capacity(b.mbs.len());
         for m in 0..b.mbs.len() {
@@ -246,6 +177,7 @@ impl Trainer {
             t_rollout,
             t_update,
             t_probe,
+            t_old,
         };
         self.step += 1;
         out
@@ -387,6 +319,7 @@ impl Trainer {
         // Kept only for the bias-only probe: a second handle on the weights would make the
         // optimizer copy them.
         let before = (self.probe && self.model.cfg.has_router_bias()).then(|| self.model.clone());
+        let t_opt = Instant::now();
         let (grad_norm, applied, skip_reason) = match acc.grads {
             Some(g) => {
                 let (w, report) = self.opt.step(self.model.weights.clone(), g, lr);
@@ -400,6 +333,7 @@ impl Trainer {
             }
             None => (f32::NAN, false, Some("non-finite loss".to_string())),
         };
+        let t_opt = t_opt.elapsed().as_secs_f64();
         let t_bias = Instant::now();
         let routes_bias_only = self.bias_probe(b, m, walk, before.filter(|_| applied));
         let t_bias = t_bias.elapsed().as_secs_f64();
@@ -435,6 +369,7 @@ impl Trainer {
             t_update: 0.0,
             // The bias-only probe's time; the drift probe adds its own.
             t_probe: t_bias,
+            t_opt,
         }
     }
 

@@ -1,6 +1,8 @@
 //! `driftlab bench`: medians of train/generation throughput and of one MoE layer fwd+bwd.
 //! Speed is reported here, never asserted by tests.
 
+pub mod preset;
+
 use crate::coldstart::sft_loss;
 use crate::generate::{Sampling, generate};
 use crate::model::moe::{LayerRouting, moe_forward};
@@ -211,7 +213,17 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
     Ok(())
 }
 
-pub fn run(device: &Device, reps: usize, layer_only: bool, rl: bool) -> Result<()> {
+pub fn run(
+    device: &Device,
+    reps: usize,
+    layer_only: bool,
+    rl: bool,
+    preset: Option<Preset>,
+) -> Result<()> {
+    if let Some(p) = preset {
+        anyhow::ensure!(rl, "--preset selects the RL step benchmark: add --rl");
+        return preset::rl_preset(p, device, reps);
+    }
     if rl {
         rl_step(device, reps)?;
     }

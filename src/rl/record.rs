@@ -1,0 +1,81 @@
+//! What one RL step produced: per minibatch update and for the whole step, every tensor-level
+//! quantity the metrics read, and the seconds each phase took.
+
+use super::loss::LossStats;
+
+/// What one minibatch update did, with everything measured around it.
+#[derive(Clone, Debug)]
+pub struct UpdateRecord {
+    pub minibatch: usize,
+    pub stats: LossStats,
+    /// Loss terms: policy (incl. KL), load balance, z; and their weighted total.
+    pub loss_policy: f32,
+    pub loss_aux: f32,
+    pub loss_z: f32,
+    pub loss_total: f32,
+    pub grad_norm: f32,
+    /// False when the update was skipped; `skip_reason` says why.
+    pub applied: bool,
+    pub skip_reason: Option<String>,
+    pub lr: f64,
+    /// Per MoE layer, `[tokens, k]` over the minibatch layout: native routes of the pre-step
+    /// policy (from the update forward), ids the update forward ran, native routes of the
+    /// updated policy (drift probe), and π_old's native routes.
+    pub routes_before: Vec<Vec<u16>>,
+    pub routes_used: Vec<Vec<u16>>,
+    pub routes_after: Vec<Vec<u16>>,
+    /// `sigmoid_bias` only (empty otherwise): native routes of the pre-step weights with the
+    /// updated bias, on the same inputs and walk offsets as the update forward, so that
+    /// `routes_before → routes_bias_only` is the drift the bias update alone causes.
+    pub routes_bias_only: Vec<Vec<u16>>,
+    pub routes_old: Vec<Vec<u16>>,
+    /// Per MoE layer router distributions `[tokens, n_experts]` before and after the step.
+    pub probs_before: Vec<Vec<f32>>,
+    pub probs_after: Vec<Vec<f32>>,
+    /// Real (non-padding) tokens of the minibatch layout.
+    pub valid: Vec<bool>,
+    /// Per response token of the minibatch: log π_old from the trainer's recompute (also with
+    /// `old_logp = rollout`, where the ratios use `logp_mu`), rollout engine, reference (log π_θ
+    /// before the step is `stats.logp`).
+    pub logp_old: Vec<f32>,
+    pub logp_mu: Vec<f32>,
+    pub logp_ref: Vec<f32>,
+    /// Advantages and lengths of the minibatch's responses.
+    pub adv: Vec<f32>,
+    pub lens: Vec<usize>,
+    pub t_update: f64,
+    pub t_probe: f64,
+    /// Of `t_update`, the seconds in AdamW (and the router-bias nudge).
+    pub t_opt: f64,
+}
+
+/// Everything one RL step produced.
+#[derive(Clone, Debug)]
+pub struct StepOutput {
+    pub step: usize,
+    /// How many steps old the policy that sampled this rollout batch is: `min(step, k)` for
+    /// `rollout_staleness = k`.
+    pub staleness: usize,
+    pub rewards: Vec<f32>,
+    pub correct: Vec<bool>,
+    pub adv: Vec<f32>,
+    pub resp_lens: Vec<usize>,
+    /// Per response token of the rollout batch: rollout-engine and π_old log-probs.
+    pub logp_mu: Vec<f32>,
+    pub logp_old: Vec<f32>,
+    /// Mean full-vocabulary entropy of π_old on the sampled positions.
+    pub entropy: f32,
+    /// Per MoE layer over the whole rollout layout `[tokens, k]`: rollout-engine routes
+    /// (`NO_ROUTE` where never routed) and π_old's native routes; real-token mask.
+    pub routes_rollout: Vec<Vec<u16>>,
+    pub routes_old: Vec<Vec<u16>>,
+    pub valid: Vec<bool>,
+    pub updates: Vec<UpdateRecord>,
+    pub t_rollout: f64,
+    /// π_old recompute, advantages and updates (the probe's time excluded).
+    pub t_update: f64,
+    pub t_probe: f64,
+    /// Of `t_update`, the seconds before the first update: π_old's recompute, the advantages
+    /// and the drift calibration.
+    pub t_old: f64,
+}
