@@ -2,7 +2,7 @@
 //! clips per tensor and has one learning rate per optimizer.
 
 use crate::model::{ParamGroup, Weights};
-use crate::tensors::to_vec;
+use crate::tensors::{floats, is_host, to_vec};
 use burn::tensor::{Gradients, Tensor};
 use serde::{Deserialize, Serialize};
 
@@ -65,18 +65,127 @@ pub struct StepReport {
 
 pub struct AdamW {
     pub cfg: AdamWConfig,
+    /// Update each parameter in one fused pass on the host, its moments kept there (set when
+    /// the weights live on the CPU backend). Off: burn tensor ops, a dozen passes per
+    /// parameter (any device). On the CPU backend both give bitwise the same numbers (test
+    /// `the_fused_host_update_is_bitwise_the_tensor_update`).
+    pub fused: bool,
     groups: Vec<ParamGroup>,
-    m: Vec<Option<Tensor<2>>>,
-    v: Vec<Option<Tensor<2>>>,
+    m: Vec<Option<Moment>>,
+    v: Vec<Option<Moment>>,
     t: i32,
+}
+
+/// A first or second moment: a tensor, or host values for the fused update.
+#[derive(Clone)]
+enum Moment {
+    Tensor(Box<Tensor<2>>),
+    Host(Vec<f32>),
+}
+
+impl Moment {
+    fn tensor(self) -> Tensor<2> {
+        match self {
+            Moment::Tensor(t) => *t,
+            Moment::Host(_) => panic!("AdamW.fused changed between steps"),
+        }
+    }
+    fn host(self) -> Vec<f32> {
+        match self {
+            Moment::Host(h) => h,
+            Moment::Tensor(_) => panic!("AdamW.fused changed between steps"),
+        }
+    }
+}
+
+/// One step's coefficients, as the f32 values both update paths use.
+#[derive(Clone, Copy)]
+struct Coef {
+    /// Gradient clip factor.
+    scale: f32,
+    b1: f32,
+    /// 1 − β1.
+    c1: f32,
+    b2: f32,
+    /// 1 − β2.
+    c2: f32,
+    /// Bias corrections 1 − β^t.
+    bc1: f32,
+    bc2: f32,
+    eps: f32,
+    /// Learning rate of the parameter's group, and its decay lr·wd (None when wd is 0).
+    lr: f32,
+    decay: Option<f32>,
+}
+
+/// AdamW on one parameter with burn tensor ops: `(w, m, v)` after the step.
+fn tensor_update(
+    w: Tensor<2>,
+    g: Tensor<2>,
+    m: Option<Tensor<2>>,
+    v: Option<Tensor<2>>,
+    k: Coef,
+) -> (Tensor<2>, Tensor<2>, Tensor<2>) {
+    let g = g * k.scale;
+    let m = match m {
+        Some(m) => m * k.b1 + g.clone() * k.c1,
+        None => g.clone() * k.c1,
+    };
+    let v = match v {
+        Some(v) => v * k.b2 + g.powi_scalar(2) * k.c2,
+        None => g.powi_scalar(2) * k.c2,
+    };
+    let update = (m.clone() / k.bc1) / ((v.clone() / k.bc2).sqrt() + k.eps);
+    let mut w = w;
+    if let Some(d) = k.decay {
+        w = w.clone() - w * d;
+    }
+    (w - update * k.lr, m, v)
+}
+
+/// The same step in one pass over host values, with the same f32 operations in the same
+/// order (`g²` is `g·g`, as burn's CPU backend computes `powi(2)`); `m` and `v` are empty
+/// before the first step.
+fn host_update(w: &mut [f32], g: &[f32], m: &mut Vec<f32>, v: &mut Vec<f32>, k: Coef) {
+    let first = m.is_empty();
+    if first {
+        m.resize(w.len(), 0.0);
+        v.resize(w.len(), 0.0);
+    }
+    for i in 0..w.len() {
+        let gi = g[i] * k.scale;
+        let mi = if first {
+            gi * k.c1
+        } else {
+            m[i] * k.b1 + gi * k.c1
+        };
+        let vi = if first {
+            (gi * gi) * k.c2
+        } else {
+            v[i] * k.b2 + (gi * gi) * k.c2
+        };
+        let update = (mi / k.bc1) / ((vi / k.bc2).sqrt() + k.eps);
+        let mut wi = w[i];
+        if let Some(d) = k.decay {
+            wi = wi - wi * d;
+        }
+        w[i] = wi - update * k.lr;
+        m[i] = mi;
+        v[i] = vi;
+    }
 }
 
 impl AdamW {
     pub fn new(cfg: AdamWConfig, weights: &Weights) -> Self {
         let groups: Vec<ParamGroup> = weights.names().into_iter().map(|(_, g)| g).collect();
         let n = groups.len();
+        let fused = weights
+            .tensors()
+            .first()
+            .is_some_and(|w| is_host(&w.clone().inner().device()));
         AdamW {
             cfg,
+            fused,
             groups,
             m: vec![None; n],
             v: vec![None; n],
@@ -142,28 +251,42 @@ impl AdamW {
             .enumerate()
             .map(|(i, (w, g))| (w, g, self.groups[i], self.m[i].take(), self.v[i].take()))
             .collect();
+        let fused = self.fused;
         let updated = crate::parallel::par_map_mut(&mut slots, |_, (w, g, group, m_old, v_old)| {
-            let g = g.clone() * scale as f32;
-            let m = match m_old.take() {
-                Some(m) => m * c.beta1 as f32 + g.clone() * (1.0 - c.beta1) as f32,
-                None => g.clone() * (1.0 - c.beta1) as f32,
-            };
-            let v = match v_old.take() {
-                Some(v) => v * c.beta2 as f32 + g.powi_scalar(2) * (1.0 - c.beta2) as f32,
-                None => g.powi_scalar(2) * (1.0 - c.beta2) as f32,
-            };
             let (lr_g, wd) = match group {
                 ParamGroup::Router => (lr * c.router_lr_mult, c.weight_decay),
                 ParamGroup::Matrix => (lr, c.weight_decay),
                 ParamGroup::NoDecay => (lr, 0.0),
             };
-            let update =
-                (m.clone() / bc1 as f32) / ((v.clone() / bc2 as f32).sqrt() + c.eps as f32);
-            let mut w = w.clone().inner();
-            if wd > 0.0 {
-                w = w.clone() - w * (lr_g * wd) as f32;
+            let k = Coef {
+                scale: scale as f32,
+                b1: c.beta1 as f32,
+                c1: (1.0 - c.beta1) as f32,
+                b2: c.beta2 as f32,
+                c2: (1.0 - c.beta2) as f32,
+                bc1: bc1 as f32,
+                bc2: bc2 as f32,
+                eps: c.eps as f32,
+                lr: lr_g as f32,
+                decay: (wd > 0.0).then_some((lr_g * wd) as f32),
+            };
+            let w = w.clone().inner();
+            if !fused {
+                let (w, m, v) = tensor_update(
+                    w,
+                    g.clone(),
+                    m_old.take().map(Moment::tensor),
+                    v_old.take().map(Moment::tensor),
+                    k,
+                );
+                return (w, Moment::Tensor(Box::new(m)), Moment::Tensor(Box::new(v)));
             }
-            (w - update * lr_g as f32, m, v)
+            let (dims, device) = (w.dims(), w.device());
+            let mut wv = to_vec(w);
+            let mut m = m_old.take().map(Moment::host).unwrap_or_default();
+            let mut v = v_old.take().map(Moment::host).unwrap_or_default();
+            host_update(&mut wv, &to_vec(g.clone()), &mut m, &mut v, k);
+            (floats(wv, dims, &device), Moment::Host(m), Moment::Host(v))
         });
         let mut new_w = Vec::with_capacity(updated.len());
         for (i, (w, m, v)) in updated.into_iter().enumerate() {

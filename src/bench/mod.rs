@@ -213,6 +213,42 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
     Ok(())
 }
 
+/// Median seconds of one AdamW step over a preset's weights (random gradients, clipping and
+/// decay on), with burn tensor ops and with the fused host pass (CPU backend only: elsewhere
+/// the second is `None`).
+pub fn adamw_secs(preset: Preset, device: &Device, reps: usize) -> Result<(f64, Option<f64>)> {
+    use crate::optim::{AdamW, AdamWConfig};
+    let cfg = ModelConfig::preset(preset, Tokenizer.vocab_size())?;
+    let w = Weights::init(&cfg, 0, device);
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(3);
+    let n = Normal::new(0.0f32, 1e-3).expect("normal");
+    let grads: Vec<_> = w
+        .tensors()
+        .iter()
+        .map(|p| {
+            let dims = p.dims();
+            let vals = (0..dims[0] * dims[1]).map(|_| n.sample(&mut rng)).collect();
+            floats(vals, dims, device)
+        })
+        .collect();
+    let opt_cfg = AdamWConfig {
+        weight_decay: 0.1,
+        ..AdamWConfig::default()
+    };
+    let time = |fused: bool| {
+        let mut opt = AdamW::new(opt_cfg.clone(), &w);
+        opt.fused = fused;
+        let mut cur = w.clone();
+        median_secs(reps, || {
+            let (next, _) = opt.step(cur.clone(), grads.clone(), 1e-4);
+            cur = next;
+        })
+    };
+    let tensor = time(false);
+    let fused = crate::tensors::is_host(device).then(|| time(true));
+    Ok((tensor, fused))
+}
+
 pub fn run(
     device: &Device,
     reps: usize,
@@ -238,6 +274,16 @@ pub fn run(
         let (train_tps, gen_tps) = model_throughput(preset, device, reps)?;
         println!(
             "{preset}: train fwd+bwd {train_tps:.0} tokens/s (median), generation {gen_tps:.0} tokens/s (median, untrained model, 128 prompts)"
+        );
+    }
+    for preset in [Preset::Toy, Preset::Medium] {
+        let (tensor, fused) = adamw_secs(preset, device, reps.min(5))?;
+        let fused = fused.map_or("no fused path on this device".into(), |f| {
+            format!("fused host pass {:.1} ms ({:.1}x)", f * 1e3, tensor / f)
+        });
+        println!(
+            "adamw step ({preset} weights): tensor ops {:.1} ms, {fused} (medians)",
+            tensor * 1e3
         );
     }
     Ok(())
