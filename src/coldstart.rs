@@ -252,7 +252,7 @@ pub fn train(
         let loss_v = crate::tensors::scalar(loss.inner());
         let g = AdamW::collect_grads(&train_model.weights, &grads);
         let lr = cs.lr * ((steps + 1) as f64 / cs.warmup.max(1) as f64).min(1.0);
-        let (w, report) = opt.step(model.weights.clone(), g, lr);
+        let (w, report) = opt.step(model.weights.take(), g, lr);
         model.weights = w;
         if report.applied {
             model

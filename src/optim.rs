@@ -243,13 +243,24 @@ impl AdamW {
         self.t += 1;
         let bc1 = 1.0 - c.beta1.powi(self.t);
         let bc2 = 1.0 - c.beta2.powi(self.t);
-        // One slot per parameter: (weight, gradient, group, m, v) in visiting order.
+        // One slot per parameter: (weight, gradient, group, m, v) in visiting order; the
+        // weights and gradients are moved in, so the fused path reads them without a copy
+        // where no other handle holds them.
+        let mut weights = weights;
         let mut slots: Vec<_> = weights
-            .tensors()
+            .take_tensors()
             .into_iter()
             .zip(grads)
             .enumerate()
-            .map(|(i, (w, g))| (w, g, self.groups[i], self.m[i].take(), self.v[i].take()))
+            .map(|(i, (w, g))| {
+                (
+                    Some(w),
+                    Some(g),
+                    self.groups[i],
+                    self.m[i].take(),
+                    self.v[i].take(),
+                )
+            })
             .collect();
         let fused = self.fused;
         let updated = crate::parallel::par_map_mut(&mut slots, |_, (w, g, group, m_old, v_old)| {
@@ -270,11 +281,12 @@ impl AdamW {
                 lr: lr_g as f32,
                 decay: (wd > 0.0).then_some((lr_g * wd) as f32),
             };
-            let w = w.clone().inner();
+            let w = w.take().expect("each slot once").inner();
+            let g = g.take().expect("each slot once");
             if !fused {
                 let (w, m, v) = tensor_update(
                     w,
-                    g.clone(),
+                    g,
                     m_old.take().map(Moment::tensor),
                     v_old.take().map(Moment::tensor),
                     k,
@@ -285,7 +297,7 @@ impl AdamW {
             let mut wv = to_vec(w);
             let mut m = m_old.take().map(Moment::host).unwrap_or_default();
             let mut v = v_old.take().map(Moment::host).unwrap_or_default();
-            host_update(&mut wv, &to_vec(g.clone()), &mut m, &mut v, k);
+            host_update(&mut wv, &to_vec(g), &mut m, &mut v, k);
             (floats(wv, dims, &device), Moment::Host(m), Moment::Host(v))
         });
         let mut new_w = Vec::with_capacity(updated.len());
@@ -294,8 +306,7 @@ impl AdamW {
             self.v[i] = Some(v);
             new_w.push(w);
         }
-        let mut new_w = new_w.into_iter();
-        let weights = weights.map(|_| new_w.next().expect("one per parameter"));
+        weights.put_tensors(new_w);
         (
             weights,
             StepReport {

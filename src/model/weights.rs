@@ -210,6 +210,33 @@ impl Weights {
         out
     }
 
+    /// Move every parameter out, in visiting order, leaving empty placeholders: the moved
+    /// tensors are then the only handles on their buffers, so the CPU backend can read and
+    /// rebuild them without a copy (the fused AdamW).
+    pub fn take_tensors(&mut self) -> Vec<Tensor<2>> {
+        let mut out = Vec::new();
+        self.visit_mut(&mut |_, _, t| {
+            let empty = Tensor::empty([0, 0], &t.device());
+            out.push(std::mem::replace(t, empty));
+        });
+        out
+    }
+
+    /// Put parameters back in visiting order (the inverse of [`Weights::take_tensors`]).
+    pub fn put_tensors(&mut self, tensors: Vec<Tensor<2>>) {
+        let mut it = tensors.into_iter();
+        self.visit_mut(&mut |_, _, t| *t = it.next().expect("one tensor per parameter"));
+        assert!(it.next().is_none(), "one tensor per parameter");
+    }
+
+    /// These weights, moved out of `self` (left with empty placeholders).
+    pub fn take(&mut self) -> Weights {
+        let tensors = self.take_tensors();
+        let mut w = self.clone();
+        w.put_tensors(tensors);
+        w
+    }
+
     /// Names and groups in visiting order.
     pub fn names(&self) -> Vec<(String, ParamGroup)> {
         let mut out = Vec::new();

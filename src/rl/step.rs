@@ -322,7 +322,7 @@ impl Trainer {
         let t_opt = Instant::now();
         let (grad_norm, applied, skip_reason) = match acc.grads {
             Some(g) => {
-                let (w, report) = self.opt.step(self.model.weights.clone(), g, lr);
+                let (w, report) = self.opt.step(self.model.weights.take(), g, lr);
                 self.model.weights = w;
                 if report.applied {
                     let speed = self.model.cfg.bias_update_speed;
