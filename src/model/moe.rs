@@ -117,14 +117,16 @@ pub fn silu_mul(a1: Tensor<2>, a3: Tensor<2>) -> Tensor<2> {
     if crate::tensors::is_host(&a1.device()) {
         let dims = a1.dims();
         let device = a1.device().inner();
-        let x1 = to_vec(a1.clone().inner());
-        let x3 = to_vec(a3.clone().inner());
-        let n = x1.len();
         if !autodiff {
-            let mut y = vec![0.0; n];
+            // No graph: both inputs are read by move (no copy where nothing else holds them).
+            let (x1, x3) = (to_vec(a1.inner()), to_vec(a3.inner()));
+            let mut y = vec![0.0; x1.len()];
             crate::fastmath::silu_mul(&x1, &x3, &mut y);
             return floats(y, dims, &device);
         }
+        let x1 = to_vec(a1.clone().inner());
+        let x3 = to_vec(a3.clone().inner());
+        let n = x1.len();
         let (mut c1, mut c3) = (vec![0.0; n], vec![0.0; n]);
         crate::fastmath::silu_mul_consts(&x1, &x3, &mut c1, &mut c3);
         let c1 = floats(c1, dims, &device).autodiff();
