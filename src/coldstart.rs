@@ -251,6 +251,9 @@ pub fn train(
         let grads = loss.backward();
         let loss_v = crate::tensors::scalar(loss.inner());
         let g = AdamW::collect_grads(&train_model.weights, &grads);
+        // The graph and the trained leaves share the weights' buffers: dropped here, the
+        // optimizer updates them without a copy.
+        drop((grads, train_model));
         let lr = cs.lr * ((steps + 1) as f64 / cs.warmup.max(1) as f64).min(1.0);
         let (w, report) = opt.step(model.weights.take(), g, lr);
         model.weights = w;

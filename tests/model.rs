@@ -399,10 +399,12 @@ fn load_balancing_loss_of_parts_adds_up_to_the_whole_batch() {
 }
 
 /// The CPU backend's fused AdamW (one host pass per parameter) and the tensor-op AdamW give
-/// bitwise the same weights over several steps, with gradient clipping, weight decay on
-/// matrices and a router learning-rate multiplier all acting.
+/// bitwise the same weights over several steps, with gradient clipping on (and off: step 3's
+/// gradients are small), weight decay on matrices and a router learning-rate multiplier. Each
+/// path gets its own copies, so the fused path's in-place reads of unshared buffers run.
 #[test]
 fn the_fused_host_update_is_bitwise_the_tensor_update() {
+    use driftlab::model::Weights;
     use driftlab::optim::{AdamW, AdamWConfig};
     let model = tiny_model(3);
     let cfg = AdamWConfig {
@@ -412,6 +414,16 @@ fn the_fused_host_update_is_bitwise_the_tensor_update() {
         router_lr_mult: 0.25,
         ..AdamWConfig::default()
     };
+    let deep = |ts: &[Tensor<2>]| -> Vec<Tensor<2>> {
+        ts.iter()
+            .map(|t| floats(to_vec(t.clone().inner()), t.dims(), &flex()))
+            .collect()
+    };
+    let own = |w: &Weights| {
+        let mut c = w.clone();
+        c.put_tensors(deep(&w.tensors()));
+        c
+    };
     let mut fused = AdamW::new(cfg.clone(), &model.weights);
     assert!(
         fused.fused,
@@ -419,31 +431,33 @@ fn the_fused_host_update_is_bitwise_the_tensor_update() {
     );
     let mut plain = AdamW::new(cfg, &model.weights);
     plain.fused = false;
-    let (mut wf, mut wp) = (model.weights.clone(), model.weights.clone());
+    let (mut wf, mut wp) = (own(&model.weights), own(&model.weights));
     let mut seed = 11u64;
+    let mut clipped = Vec::new();
     for step in 0..4 {
+        let size = [1.0, 1.0, 50.0, 1e-4][step];
         let grads: Vec<Tensor<2>> = wf
             .tensors()
             .iter()
             .map(|w| {
                 let dims = w.dims();
-                let n = dims[0] * dims[1];
-                let vals: Vec<f32> = (0..n)
+                let vals: Vec<f32> = (0..dims[0] * dims[1])
                     .map(|_| {
                         seed = seed
                             .wrapping_mul(6364136223846793005)
                             .wrapping_add(1442695040888963407);
-                        ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
-                            * if step == 2 { 50.0 } else { 1.0 }
+                        ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * size
                     })
                     .collect();
                 floats(vals, dims, &flex())
             })
             .collect();
-        let (a, ra) = fused.step(wf, grads.clone(), 3e-2);
+        let before = to_vec(wf.tensors()[0].clone().inner());
+        let (a, ra) = fused.step(wf, deep(&grads), 3e-2);
         let (b, rb) = plain.step(wp, grads, 3e-2);
         assert_eq!(ra, rb);
         assert!(ra.applied);
+        clipped.push(ra.grad_norm > 0.5);
         for (x, y) in a.tensors().into_iter().zip(b.tensors()) {
             let (x, y) = (to_vec(x.inner()), to_vec(y.inner()));
             assert!(
@@ -453,9 +467,10 @@ fn the_fused_host_update_is_bitwise_the_tensor_update() {
         }
         assert_ne!(
             to_vec(a.tensors()[0].clone().inner()),
-            to_vec(model.weights.tensors()[0].clone().inner()),
-            "the step moved the weights"
+            before,
+            "step {step} moved the weights"
         );
         (wf, wp) = (a, b);
     }
+    assert_eq!(clipped, [true, true, true, false], "clipping on, then off");
 }

@@ -187,6 +187,24 @@ fn regimes_set_task_and_coldstart_keys_and_each_budget_has_its_own_cold_start() 
     assert!(e.contains("regime 'r'") && e.contains("batch_size"), "{e}");
     let e = bad("task = { min_len = 20 }\n");
     assert!(e.contains("regime 'r'") && e.contains("min_len"), "{e}");
+    let e = bad("coldstart = { ulp_jitter = 3 }\n");
+    assert!(
+        e.contains("regime 'r'") && e.contains("--ulp-jitter"),
+        "{e}"
+    );
+    // A regime paired with its control must start from the same cold start.
+    let e = bad("[[regimes]]\nname = 'long'\ncontrol = 'r'\ntask = { max_len = 48 }\n");
+    assert!(
+        e.contains("regime 'long'") && e.contains("'task'") && e.contains("control 'r'"),
+        "{e}"
+    );
+    let e = bad("[[regimes]]\nname = 'budget'\ncontrol = 'r'\ncoldstart = { max_steps = 9 }\n");
+    assert!(e.contains("'coldstart'"), "{e}");
+    let same = format!(
+        "{HEAD}{ARM}[[regimes]]\nname = 'r'\ntask = {{ max_len = 48 }}\n\
+         [[regimes]]\nname = 'd'\ncontrol = 'r'\ntask = {{ max_len = 48 }}\n"
+    );
+    ExperimentSpec::from_toml(&same, "x.toml").expect("a control with the same task is fine");
 }
 
 /// An N sweep at a fixed minibatch size: `minibatch_prompts` sets the batch, and of it and

@@ -80,11 +80,6 @@ fn split(out: &StepOutput, cfg: &ModelConfig) -> Split {
     }
 }
 
-fn median_by(rows: &mut [Split], key: impl Fn(&Split) -> f64) -> f64 {
-    rows.sort_by(|a, b| key(a).total_cmp(&key(b)));
-    key(&rows[rows.len() / 2])
-}
-
 /// RL steps of `preset` from its cached cold start (seed 0, sort 4–16) where one is cached,
 /// else from a random init (said; its responses run longer). Two rows: probe and reference on
 /// with one thread (what an experiment cell runs), and probe off with every thread.
@@ -133,17 +128,20 @@ pub fn rl_preset(preset: Preset, device: &Device, reps: usize) -> Result<()> {
             }
         }
         let n = rows.len();
-        let total = median_by(&mut rows, |r| r.total);
-        let rollout = median_by(&mut rows, |r| r.rollout);
-        let old = median_by(&mut rows, |r| r.old);
-        let train = median_by(&mut rows, |r| r.train);
-        let opt = median_by(&mut rows, |r| r.opt);
-        let probe_s = median_by(&mut rows, |r| r.probe);
-        let gen_tps = median_by(&mut rows, |r| r.gen_tokens as f64 / r.rollout);
-        let gflops = median_by(&mut rows, |r| r.train_flops / r.train / 1e9);
+        // The step of median total time, with its own split (the parts add up to it).
+        rows.sort_by(|a, b| a.total.total_cmp(&b.total));
+        let r = &rows[n / 2];
+        let gen_tps = r.gen_tokens as f64 / r.rollout;
+        let gflops = r.train_flops / r.train / 1e9;
         println!(
-            "rl step ({preset}, {params} parameters, {from}; sort 4-16, B 16, G 8, N 4, probe and kl_ref {}, {threads} thread(s); medians of {n} steps after 1 warm-up): {total:.3}s = rollout {rollout:.3}s + pi_old {old:.3}s + train fwd+bwd {train:.3}s + optimizer {opt:.3}s + probe {probe_s:.3}s; rollout {gen_tps:.0} generated tokens/s; train fwd+bwd {gflops:.2} GFLOP/s (real tokens, padding not counted)",
+            "rl step ({preset}, {params} parameters, {from}; sort 4-16, B 16, G 8, N 4, probe and kl_ref {}, {threads} thread(s); the median of {n} steps after 1 warm-up): {:.3}s = rollout {:.3}s + pi_old {:.3}s + train fwd+bwd {:.3}s + optimizer {:.3}s + probe {:.3}s; rollout {gen_tps:.0} generated tokens/s; train fwd+bwd {gflops:.2} GFLOP/s (real tokens, padding not counted)",
             if probe { "on" } else { "off" },
+            r.total,
+            r.rollout,
+            r.old,
+            r.train,
+            r.opt,
+            r.probe,
         );
     }
     match peak_rss_mib() {

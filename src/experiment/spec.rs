@@ -373,6 +373,16 @@ impl ExperimentSpec {
                 r.name
             );
         }
+        if let Some(r) = self
+            .regimes
+            .iter()
+            .find(|r| r.coldstart.contains_key("ulp_jitter"))
+        {
+            bail!(
+                "regime '{}', key 'coldstart.ulp_jitter': the last-bit draw is set for a whole run, with `--ulp-jitter`",
+                r.name
+            );
+        }
         let regime_known: Vec<&str> = self.regimes.iter().map(|r| r.name.as_str()).collect();
         for r in &self.regimes {
             if let Some(c) = &r.control {
@@ -388,6 +398,21 @@ impl ExperimentSpec {
                         r.name,
                         unknown("regime", c, &regime_known)
                     );
+                }
+                // Paired by seed against its control, a regime must start from the same
+                // checkpoint: the same task, model and cold-start keys.
+                let ctl = self.regimes.iter().find(|x| x.name == *c).expect("known");
+                for (key, mine, theirs) in [
+                    ("task", &r.task, &ctl.task),
+                    ("model", &r.model, &ctl.model),
+                    ("coldstart", &r.coldstart, &ctl.coldstart),
+                ] {
+                    if mine != theirs {
+                        bail!(
+                            "regime '{}' sets other '{key}' keys than its control '{c}': a regime is compared seed by seed with a control that starts from the same cold start, so they must share task, model and coldstart",
+                            r.name
+                        );
+                    }
                 }
             }
         }
