@@ -120,7 +120,12 @@ impl Chart for StabilityMap {
         let h = 70 + 34 * self.rows.len().max(1) as u32;
         // Wide enough that the longest column label (11 px text, ~6.5 px a character) fits
         // its column: two panels side by side, each with its row labels.
-        let longest = self.cols.iter().map(|c| c.chars().count()).max().unwrap_or(0) as u32;
+        let longest = self
+            .cols
+            .iter()
+            .map(|c| c.chars().count())
+            .max()
+            .unwrap_or(0) as u32;
         let col = (longest * 13 / 2 + 16).max(100);
         let panel = 110 + col * self.cols.len().max(1) as u32;
         ((2 * panel).max(1100), 60 + n.div_ceil(2) * h)
