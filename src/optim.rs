@@ -179,10 +179,7 @@ impl AdamW {
     pub fn new(cfg: AdamWConfig, weights: &Weights) -> Self {
         let groups: Vec<ParamGroup> = weights.names().into_iter().map(|(_, g)| g).collect();
         let n = groups.len();
-        let fused = weights
-            .tensors()
-            .first()
-            .is_some_and(|w| is_host(&w.clone().inner().device()));
+        let fused = is_host(&weights.embed.device());
         AdamW {
             cfg,
             fused,

@@ -20,6 +20,11 @@ fn err(text: &str) -> String {
     )
 }
 
+/// The error of a spec whose one regime, `r`, carries `extra` (and any regimes after it).
+fn regime_err(extra: &str) -> String {
+    err(&format!("{HEAD}{ARM}[[regimes]]\nname = 'r'\n{extra}"))
+}
+
 #[test]
 fn arm_owned_keys_at_another_level_are_errors_that_name_the_key() {
     let e = err(&format!(
@@ -110,25 +115,15 @@ fn regimes_set_model_and_rl_tables_and_a_depth_override_changes_depth_only() {
     };
     assert_eq!(count(l8), 2 * v * d + d + 8 * per_block);
     assert_eq!(count(l8) - count(l2), 6 * per_block);
-    let bad = |extra: &str| {
-        format!(
-            "{:#}",
-            ExperimentSpec::from_toml(
-                &format!("{HEAD}{ARM}[[regimes]]\nname = 'r'\n{extra}"),
-                "x.toml"
-            )
-            .unwrap_err()
-        )
-    };
-    let e = bad("model = { top_k = 99 }\n");
+    let e = regime_err("model = { top_k = 99 }\n");
     assert!(e.contains("regime 'r'") && e.contains("top_k"), "{e}");
-    let e = bad("model = { layers = 4, n_layers = 3 }\n");
+    let e = regime_err("model = { layers = 4, n_layers = 3 }\n");
     assert!(e.contains("n_layers") && e.contains("twice"), "{e}");
-    let e = bad("rl = { routing = 'r2' }\n");
+    let e = regime_err("rl = { routing = 'r2' }\n");
     assert!(e.contains("'regimes.rl.routing'"), "{e}");
-    let e = bad("rl = { total_steps = 3 }\n");
+    let e = regime_err("rl = { total_steps = 3 }\n");
     assert!(e.contains("'rl.total_steps'"), "{e}");
-    let e = bad("rl = { minibatchs = 2 }\n");
+    let e = regime_err("rl = { minibatchs = 2 }\n");
     assert!(e.contains("minibatchs") && e.contains("regime"), "{e}");
 }
 
@@ -171,34 +166,25 @@ fn regimes_set_task_and_coldstart_keys_and_each_budget_has_its_own_cold_start() 
         keys[0] != keys[1] && keys[1] != keys[2] && keys[0] != keys[2],
         "one cold start per task and budget: {keys:?}"
     );
-    let bad = |extra: &str| {
-        format!(
-            "{:#}",
-            ExperimentSpec::from_toml(
-                &format!("{HEAD}{ARM}[[regimes]]\nname = 'r'\n{extra}"),
-                "x.toml"
-            )
-            .unwrap_err()
-        )
-    };
-    let e = bad("coldstart = { max_step = 3 }\n");
+    let e = regime_err("coldstart = { max_step = 3 }\n");
     assert!(e.contains("regime 'r'") && e.contains("max_step"), "{e}");
-    let e = bad("coldstart = { batch_size = 0 }\n");
+    let e = regime_err("coldstart = { batch_size = 0 }\n");
     assert!(e.contains("regime 'r'") && e.contains("batch_size"), "{e}");
-    let e = bad("task = { min_len = 20 }\n");
+    let e = regime_err("task = { min_len = 20 }\n");
     assert!(e.contains("regime 'r'") && e.contains("min_len"), "{e}");
-    let e = bad("coldstart = { ulp_jitter = 3 }\n");
+    let e = regime_err("coldstart = { ulp_jitter = 3 }\n");
     assert!(
         e.contains("regime 'r'") && e.contains("--ulp-jitter"),
         "{e}"
     );
     // A regime paired with its control must start from the same cold start.
-    let e = bad("[[regimes]]\nname = 'long'\ncontrol = 'r'\ntask = { max_len = 48 }\n");
+    let e = regime_err("[[regimes]]\nname = 'long'\ncontrol = 'r'\ntask = { max_len = 48 }\n");
     assert!(
         e.contains("regime 'long'") && e.contains("'task'") && e.contains("control 'r'"),
         "{e}"
     );
-    let e = bad("[[regimes]]\nname = 'budget'\ncontrol = 'r'\ncoldstart = { max_steps = 9 }\n");
+    let e =
+        regime_err("[[regimes]]\nname = 'budget'\ncontrol = 'r'\ncoldstart = { max_steps = 9 }\n");
     assert!(e.contains("'coldstart'"), "{e}");
     let same = format!(
         "{HEAD}{ARM}[[regimes]]\nname = 'r'\ntask = {{ max_len = 48 }}\n\
