@@ -163,6 +163,15 @@ fn three_shards_merge_to_the_unsharded_run_and_merge_refuses_what_does_not_fit()
         e.contains("different driftlab versions") && e.contains("9.9.9"),
         "{e}"
     );
+    let e = broken("commit", &|d| {
+        edit_json(&d.join("shards/1-of-3/config.json"), |v| {
+            v["git_commit"] = "0123abc-dirty-feed".into()
+        })
+    });
+    assert!(
+        e.contains("different driftlab commits") && e.contains("1-of-3 0123abc-dirty-feed"),
+        "{e}"
+    );
     let _ = std::fs::remove_dir_all(&root);
 }
 
@@ -335,6 +344,34 @@ fn a_killed_run_resumes_with_only_its_missing_cells_and_logs_progress_lines() {
     let cfg: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
     assert_eq!(cfg["resumed"], kept);
+    // The folder names the commit the binary was built from (build.rs), which in a checkout is
+    // HEAD as cargo built it here, not a later checkout's.
+    if let Ok(o) = Command::new("git").args(["rev-parse", "HEAD"]).output()
+        && o.status.success()
+    {
+        let head = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        let rec = cfg["git_commit"].as_str().expect("a commit is recorded");
+        assert!(rec.starts_with(&head), "recorded {rec}, HEAD {head}");
+    }
+    // A folder written by another build is refused, and keeps its cells.
+    edit_json(&out.join("config.json"), |v| {
+        v["git_commit"] = "0123abc".into()
+    });
+    let st = driftlab(&root, &out, &root.join("other.log"), &["--resume"])
+        .status()
+        .unwrap();
+    assert!(!st.success());
+    let log = std::fs::read_to_string(root.join("other.log")).unwrap();
+    assert!(
+        log.contains("cannot resume") && log.contains("0123abc"),
+        "{log}"
+    );
+    assert_eq!(
+        driftlab::experiment::resume::finished_statuses(&out)
+            .unwrap()
+            .len(),
+        4
+    );
 
     let whole = root.join("whole");
     assert!(

@@ -98,15 +98,12 @@ struct RunConfig<'a> {
     resumed: usize,
 }
 
-/// The commit of the working directory's checkout, if any.
+/// The commit the running binary was built from (see `build.rs`): `-dirty-<hash>` when its
+/// sources differed from that commit, `None` when it was built outside a git checkout. Not the
+/// checkout's HEAD at run start: a long run and its resumption may outlive several commits.
 pub(crate) fn git_commit() -> Option<String> {
-    let out = std::process::Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    let c = env!("DRIFTLAB_BUILD_COMMIT");
+    (!c.is_empty()).then(|| c.to_string())
 }
 
 /// Greedy exact-match accuracy on the task's eval set.
