@@ -462,14 +462,16 @@ fn a_sweep_draws_its_axis_and_tests_only_its_declared_claims() {
 
 /// A control regime and a drift regime placed on a stability map: every arm's paired change
 /// against the control is a described endpoint (l), and the map figures are drawn and linked.
-/// A control that names no regime, or the regime itself, is refused.
+/// A control that names no regime, or the regime itself, is refused. A claim declared
+/// `secondary` is described without a verdict; one not declared cannot be secondary.
 #[test]
 fn a_stability_map_compares_each_regime_with_its_control() {
     use driftlab::experiment::{MapAt, RegimeSpec};
     use driftlab::report::figures::MAP_PLOTS;
     let mut s = spec(2);
     s.rl.drift_injection = None;
-    s.claims = Some(vec!['l']);
+    s.claims = Some(vec!['c', 'l']);
+    s.secondary = vec!['c'];
     let at = |row: &str| {
         Some(MapAt {
             row: row.into(),
@@ -503,6 +505,10 @@ fn a_stability_map_compares_each_regime_with_its_control() {
     bad.regimes[1].control = Some("d0".into());
     bad.regimes[1].map = at("0%");
     assert!(format!("{:#}", bad.validate().unwrap_err()).contains("is taken"));
+    let mut bad = s.clone();
+    bad.secondary = vec!['b'];
+    let e = format!("{:#}", bad.validate().unwrap_err());
+    assert!(e.contains("key 'secondary'") && e.contains("'b'"), "{e}");
     let o = opts("map");
     run_experiment(&s, &o).unwrap();
     write_report(&o.out).unwrap();
@@ -518,14 +524,30 @@ fn a_stability_map_compares_each_regime_with_its_control() {
     let eps: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(o.out.join("endpoints.json")).unwrap())
             .unwrap();
-    let l: Vec<&serde_json::Value> = eps.as_array().unwrap().iter().collect();
-    // One per arm, in the drift regime only, paired over both seeds, and no verdict.
-    assert_eq!(l.len(), 2, "{eps}");
-    for e in l {
-        assert_eq!(e["claim"], "l");
+    let of = |c: &str| -> Vec<&serde_json::Value> {
+        eps.as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["claim"] == c)
+            .collect()
+    };
+    // (c) in both regimes, declared secondary: described, no verdict.
+    assert_eq!(of("c").len(), 2, "{eps}");
+    for e in of("c") {
+        assert_eq!(e["primary"], false);
+        assert_eq!(e["verdict"]["kind"], "secondary", "{e}");
+    }
+    // Two per arm (eval accuracy, then training reward), in the drift regime only, paired
+    // over both seeds, and no verdict.
+    let l = of("l");
+    assert_eq!(l.len(), 4, "{eps}");
+    for (k, e) in l.iter().enumerate() {
         assert_eq!(e["regime"], "d1");
         assert_eq!(e["est"]["n"], 2);
         assert_eq!(e["primary"], false);
+        let what = e["what"].as_str().unwrap();
+        let want = ["final eval accuracy, `", "final reward, `"][k % 2];
+        assert!(what.starts_with(want), "{what}");
     }
     let _ = std::fs::remove_dir_all(&o.out);
 }

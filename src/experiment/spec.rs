@@ -186,6 +186,10 @@ pub struct ExperimentSpec {
     /// with the experiment; none = (a)–(f), the flagship's family. Holm's m counts only these.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claims: Option<Vec<char>>,
+    /// Declared claims whose endpoints are described, not tested: no verdict, outside Holm's
+    /// family (a map's per-cell comparisons, whose tests another experiment makes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secondary: Vec<char>,
     /// The regimes are points on one axis of this name (each regime gives its `x`): the report
     /// then draws every arm's endpoints against it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -337,99 +341,6 @@ impl ExperimentSpec {
             }
         }
         self.resolve("").map(|_| ())
-    }
-
-    /// The keys of the paper-figure experiments: declared claims, a sweep axis with every
-    /// regime's `x`, controls that name other regimes, map places taken once.
-    fn validate_figure_keys(&self) -> Result<()> {
-        if let Some(c) = &self.claims {
-            if c.is_empty() {
-                bail!("key 'claims': name at least one claim, or leave the key out for (a)-(f)");
-            }
-            if let Some(x) = c.iter().find(|x| !CLAIM_LETTERS.contains(x)) {
-                bail!(
-                    "key 'claims': unknown claim '{x}' (known: {})",
-                    CLAIM_LETTERS.iter().collect::<String>()
-                );
-            }
-        }
-        if let Some(axis) = &self.sweep {
-            if self.regimes.is_empty() {
-                bail!("key 'sweep' ('{axis}'): a sweep needs regimes, each with its `x`");
-            }
-            if let Some(r) = self
-                .regimes
-                .iter()
-                .find(|r| r.x.is_none_or(|x| !x.is_finite()))
-            {
-                bail!(
-                    "regime '{}': the spec sweeps '{axis}', so the regime needs a finite `x`",
-                    r.name
-                );
-            }
-        } else if let Some(r) = self.regimes.iter().find(|r| r.x.is_some()) {
-            bail!(
-                "regime '{}' sets `x` but the spec names no `sweep` axis",
-                r.name
-            );
-        }
-        if let Some(r) = self
-            .regimes
-            .iter()
-            .find(|r| r.coldstart.contains_key("ulp_jitter"))
-        {
-            bail!(
-                "regime '{}', key 'coldstart.ulp_jitter': the last-bit draw is set for a whole run, with `--ulp-jitter`",
-                r.name
-            );
-        }
-        let regime_known: Vec<&str> = self.regimes.iter().map(|r| r.name.as_str()).collect();
-        for r in &self.regimes {
-            if let Some(c) = &r.control {
-                if *c == r.name {
-                    bail!(
-                        "regime '{}', key 'control': a regime cannot be its own control",
-                        r.name
-                    );
-                }
-                if !regime_known.contains(&c.as_str()) {
-                    bail!(
-                        "regime '{}', key 'control': {}",
-                        r.name,
-                        unknown("regime", c, &regime_known)
-                    );
-                }
-                // Paired by seed against its control, a regime must start from the same
-                // checkpoint: the same task, model and cold-start keys.
-                let ctl = self.regimes.iter().find(|x| x.name == *c).expect("known");
-                for (key, mine, theirs) in [
-                    ("task", &r.task, &ctl.task),
-                    ("model", &r.model, &ctl.model),
-                    ("coldstart", &r.coldstart, &ctl.coldstart),
-                ] {
-                    if mine != theirs {
-                        bail!(
-                            "regime '{}' sets other '{key}' keys than its control '{c}': a regime is compared seed by seed with a control that starts from the same cold start, so they must share task, model and coldstart",
-                            r.name
-                        );
-                    }
-                }
-            }
-        }
-        let mut places = std::collections::HashSet::new();
-        for r in &self.regimes {
-            if let Some(m) = &r.map
-                && !places.insert((m.row.as_str(), m.col.as_str()))
-            {
-                bail!(
-                    "regime '{}', key 'map': row '{}', column '{}' is taken by another regime",
-                    r.name,
-                    m.row,
-                    m.col
-                );
-            }
-        }
-        Ok(())
     }
 
     /// The regimes to run (the implicit `default` when the spec names none).

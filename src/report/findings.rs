@@ -9,7 +9,7 @@ use super::context::{
     gvpo_reward, mismatch, ratio_variance, replay_stability, tis_reward,
 };
 use super::endpoints::{
-    ALPHA, Claimed, Endpoint, RegimeData, Verdict, declare, evaluate, num, p_text,
+    ALPHA, Claimed, Endpoint, REWARD_MARGIN, RegimeData, Verdict, declare, evaluate, num, p_text,
     regime_has_mismatch, verdict_text,
 };
 use super::load::{RunFrames, regimes};
@@ -29,8 +29,9 @@ pub struct Regime {
     /// group once.
     pub same: Vec<Vec<String>>,
     pub mismatch: bool,
-    /// The claims the run declared.
+    /// The claims the run declared, and those of them it describes without a test.
     pub claims: Vec<char>,
+    pub secondary: Vec<char>,
     /// The regime's value on the sweep axis, in a sweep.
     pub x: Option<f64>,
     /// The regime it is compared against, and its place in the stability map.
@@ -54,6 +55,7 @@ pub fn regimes_of(f: &RunFrames, info: &RunInfo) -> Result<Vec<Regime>> {
             same: super::identical::identical_groups(&frames.steps)?,
             mismatch: regime_has_mismatch(info, r),
             claims: info.claims.clone(),
+            secondary: info.secondary.clone(),
             x: info.regime(r).and_then(|x| x.x),
             control: info.regime(r).and_then(|x| x.control.clone()),
             map: info.regime(r).and_then(|x| x.map.clone()),
@@ -81,6 +83,12 @@ pub fn endpoints(regs: &[Regime]) -> Result<Vec<Endpoint>> {
     }
     if regs.first().is_some_and(|r| r.claims.contains(&'l')) {
         eps.extend(super::endpoints::control_endpoints(regs));
+    }
+    // A claim the spec declares secondary is described: no verdict, outside Holm's family.
+    if let Some(r) = regs.first() {
+        for e in eps.iter_mut().filter(|e| r.secondary.contains(&e.claim)) {
+            e.primary = false;
+        }
     }
     evaluate(&mut eps);
     Ok(eps)
@@ -147,7 +155,7 @@ const CLAIMS: [Claim; 12] = [
     ),
     (
         'l',
-        "**(l) Where training breaks: the paired final-reward change of every arm against its regime's control** (the stability map; described, with 95% intervals read at δ = 0.05).",
+        "**(l) Where training breaks: the paired change of every arm's final eval accuracy (greedy, held-out prompts; the map's cells) and final training reward against its regime's control** (the stability map; described, with 95% intervals read at δ = 0.05).",
         control_line,
     ),
 ];
@@ -244,6 +252,41 @@ fn claim_table(md: &mut String, eps: &[&Endpoint]) -> Result<()> {
     Ok(())
 }
 
+/// How many of the map's cells could separate a drop of δ: per (l) quantity, the cells whose
+/// 95% t interval is at most δ on each side, and the median half-width.
+fn resolution(md: &mut String, eps: &[&Endpoint]) -> Result<()> {
+    let mut parts = Vec::new();
+    for (what, _) in super::endpoints::CONTROL_METRICS {
+        let mut half: Vec<f64> = eps
+            .iter()
+            .filter(|e| e.what.starts_with(&format!("{what}, ")))
+            .filter_map(|e| e.est.as_ref())
+            .filter(|x| x.n >= 2)
+            .map(|x| (x.t_ci.1 - x.t_ci.0) / 2.0)
+            .collect();
+        if half.is_empty() {
+            continue;
+        }
+        half.sort_by(f64::total_cmp);
+        let narrow = half.iter().filter(|h| **h <= REWARD_MARGIN).count();
+        parts.push(format!(
+            "{what} {narrow} of {} (median half-width {}, widest {})",
+            half.len(),
+            num((half[(half.len() - 1) / 2] + half[half.len() / 2]) / 2.0),
+            num(half[half.len() - 1])
+        ));
+    }
+    if !parts.is_empty() {
+        writeln!(
+            md,
+            "Cells whose 95% t interval is at most δ = {} on each side, so that it separates a drop of δ from none: {}.\n",
+            num(REWARD_MARGIN),
+            parts.join("; ")
+        )?;
+    }
+    Ok(())
+}
+
 /// The findings section of a run's frames (what [`findings_md`] writes, endpoints included).
 pub fn findings(f: &RunFrames, info: &RunInfo) -> Result<String> {
     let regs = regimes_of(f, info)?;
@@ -283,6 +326,9 @@ pub fn findings_md(regs: &[Regime], eps: &[Endpoint]) -> Result<String> {
         } else {
             claim_table(&mut md, &mine)?;
             writeln!(md)?;
+            if letter == 'l' {
+                resolution(&mut md, &mine)?;
+            }
         }
         for r in regs {
             line(&mut md, r)?;

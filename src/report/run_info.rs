@@ -27,6 +27,8 @@ pub struct RunInfo {
     pub regimes: Vec<RegimeSpec>,
     /// The claims the spec declared ([`crate::experiment::DEFAULT_CLAIMS`] when it names none).
     pub claims: Vec<char>,
+    /// Declared claims described without a test (the spec's `secondary`).
+    pub secondary: Vec<char>,
     /// The sweep axis (each regime's value on it is its `x`).
     pub sweep: Option<String>,
 }
@@ -37,6 +39,7 @@ impl Default for RunInfo {
             cells: Vec::new(),
             regimes: Vec::new(),
             claims: crate::experiment::DEFAULT_CLAIMS.to_vec(),
+            secondary: Vec::new(),
             sweep: None,
         }
     }
@@ -74,6 +77,7 @@ impl RunInfo {
                 .claims
                 .clone()
                 .unwrap_or_else(|| crate::experiment::DEFAULT_CLAIMS.to_vec()),
+            secondary: spec.secondary,
             sweep: spec.sweep,
             regimes: spec.regimes,
         }

@@ -106,6 +106,7 @@ pub fn tiny_experiment(
         arms,
         regimes: vec![],
         claims: None,
+        secondary: vec![],
         sweep: None,
     }
 }

@@ -14,7 +14,7 @@ mod declare;
 mod paper;
 
 pub use declare::{RegimeData, declare};
-pub use paper::{EXTREME_PSEUDO, control_endpoints, depth_endpoints};
+pub use paper::{CONTROL_METRICS, EXTREME_PSEUDO, control_endpoints, depth_endpoints};
 
 use super::paired::{Paired, Scale, paired, seeds_needed, sign_flip_p_greater};
 use super::run_info::RunInfo;

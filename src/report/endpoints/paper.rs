@@ -165,8 +165,17 @@ pub fn depth_endpoints(regs: &[crate::report::findings::Regime]) -> Vec<Endpoint
     out
 }
 
-/// (l) per regime with a control, per arm that runs in both: the final reward in the regime
-/// minus in the control, paired by seed (described: the map's cells, not tests of a claim).
+/// The (l) endpoints' quantities: how their text names them, and the per-cell metric.
+pub const CONTROL_METRICS: [(&str, &str); 2] = [
+    ("final eval accuracy", "final_eval"),
+    ("final reward", "final_reward"),
+];
+
+/// (l) per regime with a control, per arm that runs in both: the final greedy accuracy on the
+/// task's held-out eval set, then the final training reward, in the regime minus in the
+/// control, paired by seed (described: the map's cells, not tests of a claim). The eval
+/// accuracy comes first: the same prompts for every arm of a seed, decoded greedily, it is the
+/// less noisy of the two (the stability map at 6 seeds: median paired SD 0.036 against 0.069).
 pub fn control_endpoints(regs: &[crate::report::findings::Regime]) -> Vec<Endpoint> {
     let mut out = Vec::new();
     for r in regs {
@@ -181,21 +190,18 @@ pub fn control_endpoints(regs: &[crate::report::findings::Regime]) -> Vec<Endpoi
             let Some((b, _)) = c.arms.arms.iter().find(|(b, _)| b.name == a.name) else {
                 continue;
             };
-            out.push(
-                Endpoint::new(
-                    'l',
-                    &r.name,
-                    format!(
-                        "final reward, {} in `{}` − in `{}`",
-                        name(a),
-                        r.name,
-                        c.name
-                    ),
-                    Scale::Difference,
-                    Claimed::Describe,
-                )
-                .pair(b, a, "final_reward"),
-            );
+            for (what, metric) in CONTROL_METRICS {
+                out.push(
+                    Endpoint::new(
+                        'l',
+                        &r.name,
+                        format!("{what}, {} in `{}` − in `{}`", name(a), r.name, c.name),
+                        Scale::Difference,
+                        Claimed::Describe,
+                    )
+                    .pair(b, a, metric),
+                );
+            }
         }
     }
     out

@@ -4,7 +4,7 @@
 //! control are grey.
 
 use crate::report::charts::{Chart, MapCell, MapPanel, StabilityMap};
-use crate::report::endpoints::{Endpoint, REWARD_MARGIN};
+use crate::report::endpoints::{CONTROL_METRICS, Endpoint, REWARD_MARGIN};
 use crate::report::findings::Regime;
 use crate::report::load::distinct;
 use crate::report::stats::mean_ci;
@@ -12,7 +12,12 @@ use anyhow::{Context, Result};
 use std::path::Path;
 
 /// The plot files of a map, under `plots/map/` (each as PNG and SVG).
-pub const MAP_PLOTS: &[&str] = &["reward_change", "collapse_rate", "explosion_rate"];
+pub const MAP_PLOTS: &[&str] = &[
+    "reward_change",
+    "train_reward_change",
+    "collapse_rate",
+    "explosion_rate",
+];
 
 /// Write the map's plots; returns their folder (relative to `dir`), or None when no regime
 /// places itself on a map.
@@ -59,21 +64,6 @@ pub fn map_plots(dir: &Path, regs: &[Regime], eps: &[Endpoint]) -> Result<Option
             })
             .collect()
     };
-    let change = |r: &Regime, arm: &str| {
-        eps.iter()
-            .find(|e| {
-                e.claim == 'l'
-                    && e.regime == r.name
-                    && e.what.starts_with(&format!("final reward, `{arm}` "))
-            })
-            .and_then(|e| e.est.as_ref())
-            .map_or(MapCell::EMPTY, |x| MapCell {
-                mean: x.mean,
-                lo: if x.n >= 2 { x.t_ci.0 } else { f64::NAN },
-                hi: if x.n >= 2 { x.t_ci.1 } else { f64::NAN },
-                control: false,
-            })
-    };
     let rate = |metric: &'static str| {
         move |r: &Regime, arm: &str| {
             r.arms
@@ -95,12 +85,19 @@ pub fn map_plots(dir: &Path, regs: &[Regime], eps: &[Endpoint]) -> Result<Option
         margin,
         panels,
     };
+    let [(eval, _), (train, _)] = CONTROL_METRICS;
     map(
-        "Final reward change vs the no-drift control, paired by seed",
+        "Final eval accuracy (greedy, held-out prompts) change vs the no-drift control, paired by seed",
         Some(REWARD_MARGIN),
-        grid(&change, true),
+        grid(&|r, arm| change(eps, eval, r, arm), true),
     )
     .save(&pdir, "reward_change")?;
+    map(
+        "Final training reward change vs the no-drift control, paired by seed",
+        Some(REWARD_MARGIN),
+        grid(&|r, arm| change(eps, train, r, arm), true),
+    )
+    .save(&pdir, "train_reward_change")?;
     map(
         "Share of cells that collapsed",
         None,
@@ -114,4 +111,19 @@ pub fn map_plots(dir: &Path, regs: &[Regime], eps: &[Endpoint]) -> Result<Option
     )
     .save(&pdir, "explosion_rate")?;
     Ok(Some("plots/map".into()))
+}
+
+/// The map cell of (l)'s quantity `what` ([`CONTROL_METRICS`]) for this regime and arm.
+fn change(eps: &[Endpoint], what: &str, r: &Regime, arm: &str) -> MapCell {
+    eps.iter()
+        .find(|e| {
+            e.claim == 'l' && e.regime == r.name && e.what.starts_with(&format!("{what}, `{arm}` "))
+        })
+        .and_then(|e| e.est.as_ref())
+        .map_or(MapCell::EMPTY, |x| MapCell {
+            mean: x.mean,
+            lo: if x.n >= 2 { x.t_ci.0 } else { f64::NAN },
+            hi: if x.n >= 2 { x.t_ci.1 } else { f64::NAN },
+            control: false,
+        })
 }
