@@ -549,6 +549,18 @@ fn a_stability_map_compares_each_regime_with_its_control() {
         let want = ["final eval accuracy, `", "final reward, `"][k % 2];
         assert!(what.starts_with(want), "{what}");
     }
+    // Without its per-layer and per-length frames (a committed map keeps only its step, update
+    // and event frames) the folder still reports, with the same summary and endpoints.
+    let (sum, ends) = (
+        std::fs::read(o.out.join("summary.json")).unwrap(),
+        std::fs::read(o.out.join("endpoints.json")).unwrap(),
+    );
+    for f in ["layers.parquet", "lengths.parquet"] {
+        std::fs::remove_file(o.out.join(f)).unwrap();
+    }
+    write_report(&o.out).unwrap();
+    assert!(sum == std::fs::read(o.out.join("summary.json")).unwrap());
+    assert!(ends == std::fs::read(o.out.join("endpoints.json")).unwrap());
     let _ = std::fs::remove_dir_all(&o.out);
 }
 

@@ -71,7 +71,10 @@ pub fn load_frames_of(dir: &Path, info: &RunInfo) -> Result<RunFrames> {
     let order = info.order();
     let [steps, updates, layers, lengths, events] = schema::frames().map(|s| {
         let path = dir.join(s.file_name());
-        if s.name == schema::LENGTHS.name && !path.exists() {
+        // A folder may leave out its per-layer and per-length frames (a run from before the
+        // lengths frame; a committed map, whose budget holds only its step and update frames):
+        // the figures and endpoints that read them are then left out.
+        if (s.name == schema::LENGTHS.name || s.name == schema::LAYERS.name) && !path.exists() {
             return Ok(DataFrame::empty());
         }
         read_parquet(&path).and_then(|df| sorted_by_cell(df, &order))
