@@ -231,20 +231,22 @@ fn naive_moe(w: &MoeWeights, cfg: &ModelConfig, x: Tensor<2>, ids: &[u16]) -> Te
     Tensor::cat(rows, 0)
 }
 
-#[test]
-fn sparse_dispatch_equals_naive_loop_forward_and_gradients() {
+/// The sparse dispatch, the fused expert node (CPU) and the per-token loop agree on the output
+/// and on every gradient: input, router and each expert's three matrices, with padding tokens
+/// and with an expert no token reaches (no gradient in any path).
+fn three_paths_agree(active: &[bool], starve: Option<usize>) -> usize {
+    use driftlab::model::fused::with_fused;
     let model = tiny_model(4);
     let cfg = model.cfg.clone();
     let driftlab::model::weights::FfnWeights::Moe(w0) = model.weights.blocks[0].ffn.clone() else {
         panic!("moe")
     };
     let device = flex();
-    let t = 24;
+    let t = active.len();
     let xs: Vec<f32> = (0..t * cfg.d_model)
         .map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0)
         .collect();
     let x0 = floats(xs, [t, cfg.d_model], &device);
-    let active = vec![true; t];
     let leaves = |w: &MoeWeights| MoeWeights {
         router: w.router.clone().autodiff().require_grad(),
         experts: w
@@ -259,49 +261,97 @@ fn sparse_dispatch_equals_naive_loop_forward_and_gradients() {
         shared: None,
         bias: w.bias.clone(),
     };
-    let (wa, wb) = (leaves(&w0), leaves(&w0));
-    let (xa, xb) = (
-        x0.clone().autodiff().require_grad(),
-        x0.clone().autodiff().require_grad(),
-    );
-    let sparse = moe_forward(
-        &wa,
-        &cfg,
-        xa.clone(),
-        &active,
-        LayerRouting::default(),
-        false,
-    );
-    let ids = sparse.trace.used.clone();
-    let naive = naive_moe(&wb, &cfg, xb.clone(), &ids);
-    let d = max_abs(
-        &to_vec(sparse.out.clone().inner()),
-        &to_vec(naive.clone().inner()),
-    );
-    assert!(d <= 1e-5, "forward differs by {d}");
+    // Forcing every slot to other experts than `starve` leaves that one without tokens.
+    let forced: Option<Vec<u16>> = starve.map(|s| {
+        (0..t * cfg.top_k)
+            .map(|i| ((s + 1 + i % cfg.top_k) % cfg.n_experts) as u16)
+            .collect()
+    });
+    let routing = || LayerRouting {
+        forced: forced.as_deref(),
+        ..LayerRouting::default()
+    };
     // A loss that weights each output differently, so every gradient path is exercised.
-    let weights = floats(
+    let lw = floats(
         (0..t * cfg.d_model).map(|i| (i % 7) as f32 - 3.0).collect(),
         [t, cfg.d_model],
         &device,
     );
-    let ga = (sparse.out * weights.clone()).sum().backward();
-    let gb = (naive * weights).sum().backward();
-    let cmp = |a: &Tensor<2>, b: &Tensor<2>, what: &str| {
-        let (va, vb) = (
-            to_vec(a.grad(&ga).expect("grad a")),
-            to_vec(b.grad(&gb).expect("grad b")),
-        );
-        let d = max_abs(&va, &vb);
-        assert!(d <= 1e-5, "{what} gradient differs by {d}");
+    let run = |fused: bool| {
+        let (w, x) = (leaves(&w0), x0.clone().autodiff().require_grad());
+        let o = with_fused(fused, || {
+            moe_forward(&w, &cfg, x.clone(), active, routing(), false)
+        });
+        let ids = o.trace.used.clone();
+        let out = to_vec(o.out.clone().inner());
+        (w, x, ids, out, (o.out * lw.clone()).sum().backward())
     };
-    cmp(&xa, &xb, "input");
-    cmp(&wa.router, &wb.router, "router");
-    for e in 0..cfg.n_experts {
-        cmp(&wa.experts[e].w1, &wb.experts[e].w1, "w1");
-        cmp(&wa.experts[e].w3, &wb.experts[e].w3, "w3");
-        cmp(&wa.experts[e].w2, &wb.experts[e].w2, "w2");
+    let (wa, xa, ids, outa, ga) = run(false);
+    let before = driftlab::model::fused::fused_layers();
+    let (wf, xf, idsf, outf, gf) = run(true);
+    assert!(
+        driftlab::model::fused::fused_layers() > before,
+        "the fused path ran"
+    );
+    assert_eq!(ids, idsf);
+    let (wb, xb) = (leaves(&w0), x0.clone().autodiff().require_grad());
+    let naive = naive_moe(&wb, &cfg, xb.clone(), &ids);
+    let mask: Vec<f32> = active
+        .iter()
+        .flat_map(|&a| vec![if a { 1.0 } else { 0.0 }; cfg.d_model])
+        .collect();
+    let naive = naive * floats(mask, [t, cfg.d_model], &device);
+    let outb = to_vec(naive.clone().inner());
+    for (what, o) in [("sparse", &outa), ("fused", &outf)] {
+        let d = max_abs(o, &outb);
+        assert!(d <= 1e-5, "{what} forward differs from the loop by {d}");
     }
+    let gb = (naive * lw).sum().backward();
+    let grad = |x: &Tensor<2>, g: &burn::tensor::Gradients| x.grad(g).map(to_vec);
+    let cmp = |a: &Tensor<2>, f: &Tensor<2>, b: &Tensor<2>, what: &str| {
+        let (va, vf, vb) = (grad(a, &ga), grad(f, &gf), grad(b, &gb));
+        match (&va, &vf) {
+            (Some(va), Some(vf)) => {
+                // The loop's graph keeps every expert; one that no token reached has zeros.
+                let vb = vb.unwrap_or_else(|| vec![0.0; va.len()]);
+                for (p, v) in [("sparse", va), ("fused", vf)] {
+                    let d = max_abs(v, &vb);
+                    assert!(
+                        d <= 1e-5,
+                        "{what}: {p} gradient differs from the loop by {d}"
+                    );
+                }
+            }
+            (None, None) => {}
+            _ => panic!("{what}: the sparse and fused paths disagree on having a gradient"),
+        }
+        va.is_some()
+    };
+    assert!(cmp(&xa, &xf, &xb, "input"));
+    assert!(cmp(&wa.router, &wf.router, &wb.router, "router"));
+    let mut n_reached = 0;
+    for e in 0..cfg.n_experts {
+        let (a, f, b) = (&wa.experts[e], &wf.experts[e], &wb.experts[e]);
+        let had = [
+            cmp(&a.w1, &f.w1, &b.w1, "w1"),
+            cmp(&a.w3, &f.w3, &b.w3, "w3"),
+            cmp(&a.w2, &f.w2, &b.w2, "w2"),
+        ];
+        let reached = (0..t)
+            .any(|i| active[i] && ids[i * cfg.top_k..(i + 1) * cfg.top_k].contains(&(e as u16)));
+        assert_eq!(had, [reached; 3], "expert {e}: gradients present {had:?}");
+        n_reached += usize::from(reached);
+    }
+    n_reached
+}
+
+#[test]
+fn sparse_dispatch_fused_node_and_naive_loop_agree_forward_and_gradients() {
+    three_paths_agree(&[true; 24], None);
+    let padded: Vec<bool> = (0..24).map(|i| i % 5 != 3).collect();
+    three_paths_agree(&padded, None);
+    // Forced onto experts 3 and 0, the other two get no token and no gradient in any path.
+    assert_eq!(three_paths_agree(&padded, Some(2)), 2);
 }
 
 #[test]

@@ -34,8 +34,34 @@ pub fn median_secs(reps: usize, mut f: impl FnMut()) -> f64 {
 }
 
 /// One MoE layer forward+backward at the reference shape (tokens 4096, d 64, 8 experts, top-2,
-/// SwiGLU d_ff 128), loss `mean(out²)`, as `../shared/bench/torch_moe_layer.py` does.
-pub fn moe_layer_ms(device: &Device, reps: usize) -> f64 {
+/// SwiGLU d_ff 128), loss `mean(out²)`, as `../shared/bench/torch_moe_layer.py` does: median
+/// ms of the sparse path, and of the fused expert node where the device has one (timed
+/// alternately, rep by rep, so that both see the same machine load).
+pub fn moe_layer_ms(device: &Device, reps: usize) -> (f64, Option<f64>) {
+    let step = moe_layer_step(device);
+    #[cfg(feature = "flex")]
+    if crate::tensors::is_host(device) {
+        use crate::model::fused::with_fused;
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for r in 0..reps.max(1) + 3 {
+            let ta = median_secs(1, || with_fused(false, &step));
+            let tb = median_secs(1, || with_fused(true, &step));
+            if r >= 3 {
+                a.push(ta);
+                b.push(tb);
+            }
+        }
+        let med = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2] * 1e3
+        };
+        return (med(a), Some(med(b)));
+    }
+    (median_secs(reps, &step) * 1e3, None)
+}
+
+/// One forward+backward of [`moe_layer_ms`]'s layer.
+fn moe_layer_step(device: &Device) -> impl Fn() {
     let cfg = ModelConfig {
         n_layers: 1,
         d_model: 64,
@@ -55,7 +81,7 @@ pub fn moe_layer_ms(device: &Device, reps: usize) -> f64 {
     let xs: Vec<f32> = (0..t * 64).map(|_| n.sample(&mut rng)).collect();
     let x0 = floats(xs, [t, 64], device);
     let active = vec![true; t];
-    median_secs(reps, || {
+    move || {
         let x = x0.clone().autodiff().require_grad();
         let mw = crate::model::weights::MoeWeights {
             router: mw.router.clone().autodiff().require_grad(),
@@ -83,7 +109,7 @@ pub fn moe_layer_ms(device: &Device, reps: usize) -> f64 {
         let grads = loss.backward();
         let g = x.grad(&grads).expect("input gradient");
         let _ = to_vec(g.slice([0..1, 0..1]));
-    }) * 1e3
+    }
 }
 
 fn problems(task: &Task, n: usize) -> Vec<Problem> {
@@ -279,9 +305,12 @@ pub fn run(
     if rl {
         rl_step(device, reps)?;
     }
-    let ms = moe_layer_ms(device, reps);
+    let (ms, fused) = moe_layer_ms(device, reps);
+    let fused = fused.map_or(String::new(), |f| {
+        format!("; fused expert node {f:.2} ({:.2}x)", ms / f)
+    });
     println!(
-        "moe_layer_fwd_bwd_ms (tokens 4096, d 64, 8 experts, top-2, d_ff 128): median {ms:.2}"
+        "moe_layer_fwd_bwd_ms (tokens 4096, d 64, 8 experts, top-2, d_ff 128): median {ms:.2}{fused}"
     );
     if layer_only {
         return Ok(());

@@ -2,6 +2,8 @@
 
 pub mod attention;
 pub mod config;
+#[cfg(feature = "flex")]
+pub mod fused;
 pub mod moe;
 pub mod weights;
 

@@ -321,6 +321,17 @@ fn dispatch(
     if cfg.norm_topk {
         gates = gates.clone() / gates.sum_dim(1);
     }
+    #[cfg(feature = "flex")]
+    if super::fused::fused() && x.is_autodiff() && crate::tensors::is_host(&device) {
+        let ws: Vec<[Tensor<2>; 3]> = w
+            .experts
+            .iter()
+            .map(|e| [e.w1.clone(), e.w3.clone(), e.w2.clone()])
+            .collect();
+        if let Some(y) = super::fused::fused_experts(x.clone(), gates.clone(), &ws, used, active) {
+            return y;
+        }
+    }
     let gates = gates.reshape([t * k, 1]);
     let mut ys = Vec::new();
     for list in &by_expert {

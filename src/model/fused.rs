@@ -1,0 +1,427 @@
+//! The fused expert path of the CPU backend: one autodiff node per MoE layer instead of a
+//! select, three matmuls, a SwiGLU and a gate product per expert plus a scatter.
+//!
+//! Routed (token, slot) pairs are grouped by expert once (the order of the sparse path: expert,
+//! then token, then slot); each expert's rows of `x` are gathered into one contiguous block, and
+//! its up, gate and down products run as single `gemm` calls on host slices with the SwiGLU
+//! fused between them; the gated outputs are added back per token. The backward pass is written
+//! by hand:
+//!
+//! - `o = h·W2`, `h = silu(a1) ⊙ a3`, `a1 = x_e·W1`, `a3 = x_e·W3`, `y_t += g_s · o_r`;
+//! - `dg_s = ⟨dy_t, o_r⟩`, `do_r = g_s · dy_t`, `dW2 = hᵀ·do`, `dh = do·W2ᵀ`;
+//! - `da1 = dh ⊙ a3 ⊙ silu'(a1)`, `da3 = dh ⊙ silu(a1)`, `dW1 = x_eᵀ·da1`, `dW3 = x_eᵀ·da3`;
+//! - `dx_t += da1·W1ᵀ + da3·W3ᵀ` over the token's rows.
+//!
+//! An expert that no token reaches gets no gradient, as in the sparse path. Checked against
+//! the sparse path and a per-token loop, values and every gradient, in `tests/model.rs`.
+//! Opt-in ([`set_fused`]) until it has been compared end to end; other devices, gradient
+//! checkpointing and expert counts without an arity below keep the sparse path.
+
+use crate::fastmath::{silu_mul, silu_mul_consts};
+use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind};
+use burn::tensor::{Tensor, TensorData};
+use burn_flex::{Flex, FlexTensor};
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+static FUSED: AtomicBool = AtomicBool::new(false);
+static LAYERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Layer forwards that took the fused path so far, in this process (a test's proof that it
+/// did not fall back).
+pub fn fused_layers() -> usize {
+    LAYERS.load(Ordering::Relaxed)
+}
+
+thread_local! {
+    static LOCAL: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Use the fused expert path where it applies (process-wide; off by default).
+pub fn set_fused(on: bool) {
+    FUSED.store(on, Ordering::Relaxed);
+}
+
+/// Run `f` with the fused path on or off on this thread only (tests and benchmarks compare
+/// both paths side by side without touching other threads).
+pub fn with_fused<T>(on: bool, f: impl FnOnce() -> T) -> T {
+    let before = LOCAL.with(|l| l.replace(Some(on)));
+    let out = f();
+    LOCAL.with(|l| l.set(before));
+    out
+}
+
+/// Whether the fused path is on for this thread.
+pub fn fused() -> bool {
+    LOCAL
+        .with(|l| l.get())
+        .unwrap_or_else(|| FUSED.load(Ordering::Relaxed))
+}
+
+type Ad = Autodiff<Flex, NoCheckpointing>;
+
+/// The routed (token, slot) pairs grouped by expert: rows `start[e]..start[e + 1]`.
+#[derive(Debug)]
+pub struct Groups {
+    t: usize,
+    k: usize,
+    tok: Vec<usize>,
+    slot: Vec<usize>,
+    start: Vec<usize>,
+}
+
+impl Groups {
+    /// From the `used` expert ids `[t·k]` of the `active` tokens.
+    pub fn new(used: &[u16], active: &[bool], n_experts: usize, k: usize) -> Self {
+        let t = active.len();
+        let mut count = vec![0usize; n_experts + 1];
+        for tok in (0..t).filter(|&i| active[i]) {
+            for j in 0..k {
+                count[used[tok * k + j] as usize + 1] += 1;
+            }
+        }
+        for e in 0..n_experts {
+            count[e + 1] += count[e];
+        }
+        let start = count.clone();
+        let n = start[n_experts];
+        let (mut tok_of, mut slot_of) = (vec![0; n], vec![0; n]);
+        for tok in (0..t).filter(|&i| active[i]) {
+            for j in 0..k {
+                let e = used[tok * k + j] as usize;
+                tok_of[count[e]] = tok;
+                slot_of[count[e]] = tok * k + j;
+                count[e] += 1;
+            }
+        }
+        Groups {
+            t,
+            k,
+            tok: tok_of,
+            slot: slot_of,
+            start,
+        }
+    }
+
+    fn experts(&self) -> usize {
+        self.start.len() - 1
+    }
+}
+
+/// `c[m×n] = a·b` (or `c += a·b` with `acc`); `a` is `[m×k]` row-major, or `[k×m]` read
+/// transposed with `at`; `b` is `[k×n]`, or `[n×k]` read transposed with `bt`.
+#[allow(clippy::too_many_arguments)]
+fn mm(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    at: bool,
+    b: &[f32],
+    bt: bool,
+    c: &mut [f32],
+    acc: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
+    let (a_rs, a_cs) = if at { (1, m as isize) } else { (k as isize, 1) };
+    let (b_rs, b_cs) = if bt { (1, k as isize) } else { (n as isize, 1) };
+    let par = if m * n * k >= 192 * 192 * 192 {
+        gemm::Parallelism::Rayon(0)
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: the asserts above bound every index the strides reach.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            acc,
+            a.as_ptr(),
+            a_cs,
+            a_rs,
+            b.as_ptr(),
+            b_cs,
+            b_rs,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+/// What the backward pass reads: the grouping, the gathered inputs, the pre-activations, the
+/// SwiGLU outputs, the expert outputs before gating, the gates and the weights.
+#[derive(Clone, Debug)]
+pub struct Saved {
+    g: Arc<Groups>,
+    d: usize,
+    f: usize,
+    xg: Arc<Vec<f32>>,
+    a1: Arc<Vec<f32>>,
+    a3: Arc<Vec<f32>>,
+    h: Arc<Vec<f32>>,
+    o: Arc<Vec<f32>>,
+    gate: Arc<Vec<f32>>,
+    /// Per expert `[W1, W3, W2]`.
+    w: Arc<Vec<[FlexTensor; 3]>>,
+}
+
+/// The tensor's values, borrowed where it is contiguous.
+fn host(t: &FlexTensor) -> Cow<'_, [f32]> {
+    match t.as_slice::<f32>() {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(
+            t.to_contiguous()
+                .into_data()
+                .try_into_vec::<f32>()
+                .expect("an f32 tensor"),
+        ),
+    }
+}
+
+/// The forward pass on host slices: the layer's output `[t, d]` and what backward needs.
+fn forward_host(
+    x: &[f32],
+    gate: Vec<f32>,
+    w: Vec<[FlexTensor; 3]>,
+    g: Arc<Groups>,
+    d: usize,
+    f: usize,
+) -> (Vec<f32>, Saved) {
+    let n = g.tok.len();
+    let mut xg = vec![0.0; n * d];
+    for (r, &tok) in g.tok.iter().enumerate() {
+        xg[r * d..(r + 1) * d].copy_from_slice(&x[tok * d..(tok + 1) * d]);
+    }
+    let (mut a1, mut a3, mut h, mut o) = (
+        vec![0.0; n * f],
+        vec![0.0; n * f],
+        vec![0.0; n * f],
+        vec![0.0; n * d],
+    );
+    for (e, ws) in w.iter().enumerate() {
+        let (s, m) = (g.start[e], g.start[e + 1] - g.start[e]);
+        if m == 0 {
+            continue;
+        }
+        let [w1, w3, w2] = ws.each_ref().map(host);
+        let xe = &xg[s * d..(s + m) * d];
+        let (fa, fb) = (s * f, (s + m) * f);
+        mm(m, f, d, xe, false, &w1, false, &mut a1[fa..fb], false);
+        mm(m, f, d, xe, false, &w3, false, &mut a3[fa..fb], false);
+        silu_mul(&a1[fa..fb], &a3[fa..fb], &mut h[fa..fb]);
+        mm(
+            m,
+            d,
+            f,
+            &h[fa..fb],
+            false,
+            &w2,
+            false,
+            &mut o[s * d..(s + m) * d],
+            false,
+        );
+    }
+    let mut out = vec![0.0; g.t * d];
+    for r in 0..n {
+        let (tok, gs) = (g.tok[r], gate[g.slot[r]]);
+        for (y, &v) in out[tok * d..(tok + 1) * d]
+            .iter_mut()
+            .zip(&o[r * d..(r + 1) * d])
+        {
+            *y += v * gs;
+        }
+    }
+    let saved = Saved {
+        g,
+        d,
+        f,
+        xg: Arc::new(xg),
+        a1: Arc::new(a1),
+        a3: Arc::new(a3),
+        h: Arc::new(h),
+        o: Arc::new(o),
+        gate: Arc::new(gate),
+        w: Arc::new(w),
+    };
+    (out, saved)
+}
+
+/// Gradients `[dx, dgate, then per expert dW1, dW3, dW2]` from `dy`; `None` where not `want`ed
+/// or where no token reached the expert.
+fn backward_host(s: &Saved, dy: &[f32], want: &[bool]) -> Vec<Option<Vec<f32>>> {
+    let (g, d, f) = (&*s.g, s.d, s.f);
+    let n = g.tok.len();
+    let mut dgate = vec![0.0; g.t * g.k];
+    let mut dout = vec![0.0; n * d];
+    for r in 0..n {
+        let (tok, slot) = (g.tok[r], g.slot[r]);
+        let dyr = &dy[tok * d..(tok + 1) * d];
+        let or = &s.o[r * d..(r + 1) * d];
+        dgate[slot] = dyr.iter().zip(or).map(|(a, b)| a * b).sum();
+        for (o, &v) in dout[r * d..(r + 1) * d].iter_mut().zip(dyr) {
+            *o = v * s.gate[slot];
+        }
+    }
+    let mut grads: Vec<Option<Vec<f32>>> = vec![None; 2 + 3 * g.experts()];
+    let mut dxg = vec![0.0; n * d];
+    for (e, ws) in s.w.iter().enumerate() {
+        let (r0, m) = (g.start[e], g.start[e + 1] - g.start[e]);
+        if m == 0 {
+            continue;
+        }
+        let [w1, w3, w2] = ws.each_ref().map(host);
+        let (fa, fb, da, db) = (r0 * f, (r0 + m) * f, r0 * d, (r0 + m) * d);
+        let (xe, he, doe) = (&s.xg[da..db], &s.h[fa..fb], &dout[da..db]);
+        let mut dh = vec![0.0; m * f];
+        mm(m, f, d, doe, false, &w2, true, &mut dh, false);
+        let (mut c1, mut c3) = (vec![0.0; m * f], vec![0.0; m * f]);
+        silu_mul_consts(&s.a1[fa..fb], &s.a3[fa..fb], &mut c1, &mut c3);
+        for ((a, b), &v) in c1.iter_mut().zip(c3.iter_mut()).zip(&dh) {
+            *a *= v;
+            *b *= v;
+        }
+        let (da1, da3) = (c1, c3);
+        let base = 2 + 3 * e;
+        for (i, (lhs, rhs, rows, cols)) in
+            [(xe, &da1[..], d, f), (xe, &da3[..], d, f), (he, doe, f, d)]
+                .into_iter()
+                .enumerate()
+        {
+            if want[base + i] {
+                let mut dw = vec![0.0; rows * cols];
+                mm(rows, cols, m, lhs, true, rhs, false, &mut dw, false);
+                grads[base + i] = Some(dw);
+            }
+        }
+        let dx = &mut dxg[da..db];
+        mm(m, d, f, &da1, false, &w1, true, dx, false);
+        mm(m, d, f, &da3, false, &w3, true, dx, true);
+    }
+    if want[0] {
+        let mut dx = vec![0.0; g.t * d];
+        for (r, &tok) in g.tok.iter().enumerate() {
+            for (o, &v) in dx[tok * d..(tok + 1) * d]
+                .iter_mut()
+                .zip(&dxg[r * d..(r + 1) * d])
+            {
+                *o += v;
+            }
+        }
+        grads[0] = Some(dx);
+    }
+    if want[1] {
+        grads[1] = Some(dgate);
+    }
+    grads
+}
+
+#[derive(Debug)]
+struct FusedBackward;
+
+impl<const N: usize> Backward<Flex, N> for FusedBackward {
+    type State = Saved;
+
+    fn backward(self, ops: Ops<Saved, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let dy = grads.consume::<Flex>(&ops.node);
+        let dy = host(&dy);
+        let want: Vec<bool> = ops.parents.iter().map(Option::is_some).collect();
+        let s = &ops.state;
+        let (t, k, d, f) = (s.g.t, s.g.k, s.d, s.f);
+        let gs = backward_host(s, &dy, &want);
+        for (i, (p, gr)) in ops.parents.into_iter().zip(gs).enumerate() {
+            let (Some(node), Some(gr)) = (p, gr) else {
+                continue;
+            };
+            let shape = match i {
+                0 => vec![t, d],
+                1 => vec![t, k],
+                i if (i - 2) % 3 == 2 => vec![f, d],
+                _ => vec![d, f],
+            };
+            grads.register::<Flex>(node.id, FlexTensor::from_data(TensorData::new(gr, shape)));
+        }
+    }
+}
+
+/// The fused layer over `N = 2 + 3·E` parents; `None` when a tensor is not an autodiff flex
+/// tensor without checkpointing (the caller then takes the sparse path).
+fn run<const N: usize>(
+    x: Tensor<2>,
+    gate: Tensor<2>,
+    w: &[[Tensor<2>; 3]],
+    g: Arc<Groups>,
+) -> Option<Tensor<2>> {
+    let [t, d] = x.dims();
+    let f = w.first()?[0].dims()[1];
+    let mut prims = Vec::with_capacity(N);
+    for p in [x, gate]
+        .into_iter()
+        .chain(w.iter().flat_map(|ws| ws.iter().cloned()))
+    {
+        prims.push(p.try_into_primitive::<Ad>().ok()?);
+    }
+    let guards: [NodeGuard; N] = prims
+        .iter()
+        .map(|p| p.node())
+        .collect::<Vec<_>>()
+        .try_into()
+        .ok()?;
+    let inner: Vec<FlexTensor> = prims.into_iter().map(|p| p.into_primitive()).collect();
+    let xh = host(&inner[0]);
+    let gh = host(&inner[1]).into_owned();
+    let ws: Vec<[FlexTensor; 3]> = inner[2..]
+        .chunks(3)
+        .map(|c| [c[0].clone(), c[1].clone(), c[2].clone()])
+        .collect();
+    let (out, saved) = forward_host(&xh, gh, ws, g, d, f);
+    let out = FlexTensor::from_data(TensorData::new(out, [t, d]));
+    let y = match FusedBackward
+        .prepare::<NoCheckpointing>(guards)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(saved, out),
+        OpsKind::UnTracked(prep) => prep.finish(out),
+    };
+    LAYERS.fetch_add(1, Ordering::Relaxed);
+    Some(Tensor::from_primitive::<Ad>(y))
+}
+
+/// The routed experts' output `[t, d]` through the fused node: `x` `[t, d]`, the gates `[t, k]`
+/// of the `used` ids, per expert `[W1, W3, W2]`. `None` where the fused path does not apply.
+pub fn fused_experts(
+    x: Tensor<2>,
+    gate: Tensor<2>,
+    w: &[[Tensor<2>; 3]],
+    used: &[u16],
+    active: &[bool],
+) -> Option<Tensor<2>> {
+    let k = gate.dims()[1];
+    let g = Arc::new(Groups::new(used, active, w.len(), k));
+    match w.len() {
+        1 => run::<5>(x, gate, w, g),
+        2 => run::<8>(x, gate, w, g),
+        4 => run::<14>(x, gate, w, g),
+        8 => run::<26>(x, gate, w, g),
+        16 => run::<50>(x, gate, w, g),
+        32 => run::<98>(x, gate, w, g),
+        64 => run::<194>(x, gate, w, g),
+        _ => None,
+    }
+}
