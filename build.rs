@@ -13,7 +13,14 @@ use std::path::Path;
 use std::process::Command;
 
 /// What goes into the binary: a change to any of these makes a build dirty.
-const SOURCES: &[&str] = &["src", "vendor", "Cargo.toml", "Cargo.lock", "build.rs"];
+const SOURCES: &[&str] = &[
+    "src",
+    "assets",
+    "vendor",
+    "Cargo.toml",
+    "Cargo.lock",
+    "build.rs",
+];
 
 fn git(args: &[&str]) -> Option<Vec<u8>> {
     let out = Command::new("git").args(args).output().ok()?;
@@ -24,10 +31,16 @@ fn main() {
     for s in SOURCES {
         println!("cargo:rerun-if-changed={s}");
     }
-    // HEAD (or the branch it names) moves on commit, checkout and reset. Paths from
-    // `git rev-parse --git-path` work in worktrees too. The index is left out: the id diffs
-    // against HEAD, so staging alone does not change it.
-    for what in ["HEAD", "packed-refs"] {
+    // HEAD (or the branch it names) moves on commit, checkout and reset, and HEAD's reflog
+    // grows with each of them. Paths from `git rev-parse --git-path` work in worktrees too;
+    // only paths that exist are watched (cargo reruns a script whose watched path is missing
+    // every time, and a packed branch has no file of its own). The index is left out: the id
+    // diffs against HEAD, so staging alone does not change it.
+    let mut watch = vec!["HEAD".to_string(), "packed-refs".into(), "logs/HEAD".into()];
+    if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        watch.push(String::from_utf8_lossy(&r).trim().to_string());
+    }
+    for what in &watch {
         if let Some(p) = git(&["rev-parse", "--git-path", what]) {
             let p = String::from_utf8_lossy(&p).trim().to_string();
             if Path::new(&p).exists() {
@@ -35,21 +48,12 @@ fn main() {
             }
         }
     }
-    if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"]) {
-        let r = String::from_utf8_lossy(&r).trim().to_string();
-        if let Some(p) = git(&["rev-parse", "--git-path", &r]) {
-            println!(
-                "cargo:rerun-if-changed={}",
-                String::from_utf8_lossy(&p).trim()
-            );
-        }
-    }
     let commit = git(&["rev-parse", "HEAD"])
         .map(|c| String::from_utf8_lossy(&c).trim().to_string())
         .unwrap_or_default();
     let mut id = commit.clone();
     if !commit.is_empty() {
-        let mut diff_args = vec!["diff", "HEAD", "--"];
+        let mut diff_args = vec!["diff", "--no-ext-diff", "--no-textconv", "HEAD", "--"];
         diff_args.extend(SOURCES);
         let diff = git(&diff_args).unwrap_or_default();
         let untracked =

@@ -549,8 +549,9 @@ fn a_stability_map_compares_each_regime_with_its_control() {
         let want = ["final eval accuracy, `", "final reward, `"][k % 2];
         assert!(what.starts_with(want), "{what}");
     }
-    // Without its per-layer and per-length frames (a committed map keeps only its step, update
-    // and event frames) the folder still reports, with the same summary and endpoints.
+    // Without its per-layer and per-length frames (the committed map keeps its step, update
+    // and event frames: the files .gitignore leaves out) the folder still reports, with the
+    // same summary and endpoints.
     let (sum, ends) = (
         std::fs::read(o.out.join("summary.json")).unwrap(),
         std::fs::read(o.out.join("endpoints.json")).unwrap(),

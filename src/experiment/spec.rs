@@ -186,8 +186,9 @@ pub struct ExperimentSpec {
     /// with the experiment; none = (a)–(f), the flagship's family. Holm's m counts only these.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claims: Option<Vec<char>>,
-    /// Declared claims whose endpoints are described, not tested: no verdict, outside Holm's
-    /// family (a map's per-cell comparisons, whose tests another experiment makes).
+    /// Declared claims whose endpoints are secondary: shown with unadjusted p-values, no
+    /// verdict, outside Holm's family (a map's per-cell comparisons, which another
+    /// experiment tests).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secondary: Vec<char>,
     /// The regimes are points on one axis of this name (each regime gives its `x`): the report

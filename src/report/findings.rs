@@ -279,7 +279,7 @@ fn resolution(md: &mut String, eps: &[&Endpoint]) -> Result<()> {
     if !parts.is_empty() {
         writeln!(
             md,
-            "Cells whose 95% t interval is at most δ = {} on each side, so that it separates a drop of δ from none: {}.\n",
+            "Cells whose 95% t interval is at most δ = {} on each side, so that an observed drop of δ would exclude no change: {}.\n",
             num(REWARD_MARGIN),
             parts.join("; ")
         )?;
@@ -304,13 +304,27 @@ pub fn findings_md(regs: &[Regime], eps: &[Endpoint]) -> Result<String> {
         .filter_map(|e| e.est.as_ref().map(|x| x.n))
         .max()
         .unwrap_or(0);
+    let holm = if m == 0 {
+        "No endpoint here is primary, so none gets a verdict. ".to_string()
+    } else {
+        format!(
+            "Holm's step-down adjustment runs over the report's {m} primary endpoints at a family-wise α = {ALPHA}. A claim **holds** when its adjusted p is below α; it **does not hold** only on positive evidence — both one-sided tests of |mean| < δ (TOST, Holm over the same {m}), or, for (c), worse by more than δ; otherwise it is **inconclusive at n seeds**, with the seeds a one-sided test at α/{m} would need for 80% power at the observed d_z (at least log₂({m}/α) for the permutation test to reach that level at all). "
+        )
+    };
     writeln!(md, "## Findings: the published claims, measured here\n")?;
     writeln!(
         md,
-        "Each claim is tested on endpoints declared in code before the run (`src/report/endpoints/declare.rs`): which arms, which per-cell value (per-update metrics are averaged within their cell first), which direction the claim points, and a margin δ below which a difference does not matter (0.05 of reward; a factor of 1.5 on log-ratios; 0.25 on length exponents; ln 2 for the token/sequence variance ratio). Arms share seeds (the same cold start and first rollout), so every comparison is paired: the per-seed difference b − a (or ln b − ln a for clip fractions, variances and KLs), its mean with a 95% Student-t and a 95% seed-bootstrap interval, the effect size d_z = mean / sd, and an exact one-sided sign-flip permutation test in the claimed direction (with n seeds its smallest p is 1/2ⁿ). Holm's step-down adjustment runs over the report's {m} primary endpoints at a family-wise α = {ALPHA}. A claim **holds** when its adjusted p is below α; it **does not hold** only on positive evidence — both one-sided tests of |mean| < δ (TOST, Holm over the same {m}), or, for (c), worse by more than δ; otherwise it is **inconclusive at n seeds**, with the seeds a one-sided test at α/{m} would need for 80% power at the observed d_z (at least log₂({m}/α) for the permutation test to reach that level at all). Up to {seeds} seeds per endpoint here. Secondary endpoints are shown with unadjusted p-values and no verdict.\n"
+        "Each claim is tested on endpoints declared in code before the run (`src/report/endpoints/declare.rs`): which arms, which per-cell value (per-update metrics are averaged within their cell first), which direction the claim points, and a margin δ below which a difference does not matter (0.05 of reward; a factor of 1.5 on log-ratios; 0.25 on length exponents; ln 2 for the token/sequence variance ratio). Arms share seeds (the same cold start and first rollout), so every comparison is paired: the per-seed difference b − a (or ln b − ln a for clip fractions, variances and KLs), its mean with a 95% Student-t and a 95% seed-bootstrap interval, the effect size d_z = mean / sd, and an exact one-sided sign-flip permutation test in the claimed direction (with n seeds its smallest p is 1/2ⁿ). {holm}Up to {seeds} seeds per endpoint here. Secondary endpoints are shown with unadjusted p-values and no verdict.\n"
     )?;
     writeln!(md, "### Verdicts\n")?;
-    verdict_table(&mut md, eps)?;
+    if m == 0 {
+        writeln!(
+            md,
+            "No claim is tested here: every endpoint of this run is described (secondary or descriptive), so there is no verdict and no Holm family."
+        )?;
+    } else {
+        verdict_table(&mut md, eps)?;
+    }
     let declared = regs.first().map_or(&[][..], |r| r.claims.as_slice());
     for (letter, heading, line) in CLAIMS {
         if !declared.contains(&letter) {

@@ -72,8 +72,8 @@ pub fn load_frames_of(dir: &Path, info: &RunInfo) -> Result<RunFrames> {
     let [steps, updates, layers, lengths, events] = schema::frames().map(|s| {
         let path = dir.join(s.file_name());
         // A folder may leave out its per-layer and per-length frames (a run from before the
-        // lengths frame; a committed map, whose budget holds only its step and update frames):
-        // the figures and endpoints that read them are then left out.
+        // lengths frame; the committed stability map, whose Parquet budget holds its step,
+        // update and event frames only): the figures that read them are then drawn empty.
         if (s.name == schema::LENGTHS.name || s.name == schema::LAYERS.name) && !path.exists() {
             return Ok(DataFrame::empty());
         }
