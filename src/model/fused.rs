@@ -425,3 +425,41 @@ pub fn fused_experts(
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::mm;
+
+    /// `mm` against a plain triple loop, for every transpose and accumulate combination, at a
+    /// small shape and at one above the threshold where gemm splits the work over threads.
+    #[test]
+    fn mm_matches_the_triple_loop() {
+        for (m, n, k) in [(3, 5, 7), (200, 192, 200)] {
+            let a: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0)
+                .collect();
+            let b: Vec<f32> = (0..k * n)
+                .map(|i| ((i * 5 % 11) as f32 - 5.0) / 8.0)
+                .collect();
+            let c0: Vec<f32> = (0..m * n).map(|i| (i % 3) as f32).collect();
+            for (at, bt, acc) in (0..8).map(|x| (x & 1 == 1, x & 2 == 2, x & 4 == 4)) {
+                // Stored transposed when read transposed: a as [k×m], b as [n×k].
+                let get_a = |i: usize, p: usize| if at { a[p * m + i] } else { a[i * k + p] };
+                let get_b = |p: usize, j: usize| if bt { b[j * k + p] } else { b[p * n + j] };
+                let mut c = c0.clone();
+                mm(m, n, k, &a, at, &b, bt, &mut c, acc);
+                for i in 0..m {
+                    for j in 0..n {
+                        let dot: f64 = (0..k).map(|p| f64::from(get_a(i, p) * get_b(p, j))).sum();
+                        let want = dot + if acc { f64::from(c0[i * n + j]) } else { 0.0 };
+                        let got = f64::from(c[i * n + j]);
+                        assert!(
+                            (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                            "{m}x{n}x{k} at {at} bt {bt} acc {acc}: [{i},{j}] {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
