@@ -2,9 +2,10 @@
 //! report does not read (optimizer losses, gradient norms, ESS, timings, per-layer entropy and
 //! the like), so `driftlab report` on the slim folder writes the same summary, endpoints,
 //! figures and report.md as on the full one (tested), and records what it dropped in
-//! `config.json` under `slim`. A rerun of the experiment gives the full frames back.
+//! `config.json` under `slim`, writing that file without indentation (the same JSON value,
+//! about 40% smaller). A rerun of the experiment gives the full frames back.
 
-use crate::io::{read_parquet, write_json, write_parquet};
+use crate::io::{read_parquet, write_atomic, write_parquet};
 use crate::metrics::schema;
 use anyhow::{Context, Result};
 use serde_json::{Map, Value};
@@ -110,7 +111,8 @@ pub fn slim(dir: &Path) -> Result<(u64, u64)> {
         for (k, v) in dropped {
             slim[k.as_str()] = v;
         }
-        write_json(&cfg_path, &cfg)?;
     }
+    // Without indentation: a map's resolved cells are most of a committed folder's JSON.
+    write_atomic(&cfg_path, &serde_json::to_vec(&cfg)?)?;
     Ok((before, after))
 }
