@@ -22,15 +22,20 @@ pub fn median_secs(reps: usize, mut f: impl FnMut()) -> f64 {
     for _ in 0..3 {
         f();
     }
-    let mut ts: Vec<f64> = (0..reps.max(1))
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
-    ts.sort_by(f64::total_cmp);
-    ts[ts.len() / 2]
+    median((0..reps.max(1)).map(|_| secs(&mut f)).collect())
+}
+
+/// Seconds one call of `f` takes.
+fn secs(mut f: impl FnMut()) -> f64 {
+    let t = Instant::now();
+    f();
+    t.elapsed().as_secs_f64()
+}
+
+/// The upper median of `v` (non-empty).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 /// One MoE layer forward+backward at the reference shape (tokens 4096, d 64, 8 experts, top-2,
@@ -43,19 +48,16 @@ pub fn moe_layer_ms(device: &Device, reps: usize) -> (f64, Option<f64>) {
     if crate::tensors::is_host(device) {
         use crate::model::fused::with_fused;
         let (mut a, mut b) = (Vec::new(), Vec::new());
+        // Three warm-up rounds, then one timed call of each path per round.
         for r in 0..reps.max(1) + 3 {
-            let ta = median_secs(1, || with_fused(false, &step));
-            let tb = median_secs(1, || with_fused(true, &step));
+            let ta = secs(|| with_fused(false, &step));
+            let tb = secs(|| with_fused(true, &step));
             if r >= 3 {
                 a.push(ta);
                 b.push(tb);
             }
         }
-        let med = |mut v: Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2] * 1e3
-        };
-        return (med(a), Some(med(b)));
+        return (median(a) * 1e3, Some(median(b) * 1e3));
     }
     (median_secs(reps, &step) * 1e3, None)
 }
