@@ -616,11 +616,26 @@ fn a_slim_folder_reports_the_same_files() {
     assert!(compared > 20, "{compared} files compared");
     let cfg: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(slim.join("config.json")).unwrap()).unwrap();
-    // The same JSON value as the full folder's, apart from the record of what went.
+    // The same JSON value as the full folder's, apart from the record of what went and the
+    // cells grouped: one group per (regime, arm), two seeds each, that read back as the list.
     let mut full: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(o.out.join("config.json")).unwrap()).unwrap();
+    use driftlab::experiment::cell_groups::cells_value;
+    assert!(cfg.get("cells").is_none());
+    let pairs: std::collections::BTreeSet<(String, String)> = full["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["regime"].to_string(), c["arm"].to_string()))
+        .collect();
+    assert_eq!(pairs.len(), 4);
+    assert_eq!(cfg["cell_groups"].as_array().map(Vec::len), Some(pairs.len()));
+    assert_eq!(cells_value(&cfg), full["cells"]);
+    let mut cfg = cfg;
+    cfg["cells"] = cells_value(&cfg);
+    cfg.as_object_mut().unwrap().remove("cell_groups");
     full["slim"] = cfg["slim"].clone();
-    assert!(full == cfg, "config.json changed beyond its `slim` record");
+    assert!(full == cfg, "config.json changed beyond its `slim` record and grouped cells");
     assert!(
         cfg["slim"]["updates"]
             .as_array()

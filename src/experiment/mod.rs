@@ -1,6 +1,7 @@
 //! Named experiments: specs, the cells they resolve to, and the runner over those cells.
 
 pub mod cell;
+pub mod cell_groups;
 mod figure_keys;
 pub mod merge;
 pub mod resume;

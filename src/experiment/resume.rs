@@ -86,7 +86,7 @@ pub fn load(dir: &Path, cells: &[CellConfig], shard: Option<Shard>) -> Result<Pr
     }
     let cfg: Value = serde_json::from_slice(&std::fs::read(&cfg_path)?)
         .with_context(|| format!("reading {}", cfg_path.display()))?;
-    let theirs = cfg.get("cells").cloned().unwrap_or(Value::Null);
+    let theirs = super::cell_groups::cells_value(&cfg);
     // Through text, as config.json was written, so f32 settings compare as they read back.
     let ours: Value = serde_json::from_str(&serde_json::to_string(cells)?)?;
     if theirs != ours {

@@ -2,8 +2,10 @@
 //! report does not read (optimizer losses, gradient norms, ESS, timings, per-layer entropy and
 //! the like), so `driftlab report` on the slim folder writes the same summary, endpoints,
 //! figures and report.md as on the full one (tested), and records what it dropped in
-//! `config.json` under `slim`, writing that file without indentation (the same JSON value,
-//! about 40% smaller). A rerun of the experiment gives the full frames back.
+//! `config.json` under `slim`. That file is written without indentation, and its resolved
+//! cells as `cell_groups` (each config once, with the seeds that ran it; read back as the
+//! same `cells` list by [`crate::experiment::cell_groups::cells_value`]). A rerun of the
+//! experiment gives the full frames back.
 
 use crate::io::{read_parquet, write_atomic, write_parquet};
 use crate::metrics::schema;
@@ -112,7 +114,14 @@ pub fn slim(dir: &Path) -> Result<(u64, u64)> {
             slim[k.as_str()] = v;
         }
     }
-    // Without indentation: a map's resolved cells are most of a committed folder's JSON.
+    // The resolved cells grouped by what they share beyond the seed, and the file without
+    // indentation: a map's cells are most of a committed folder's JSON.
+    if let Some(o) = cfg.as_object_mut()
+        && let Some(groups) = o.get("cells").and_then(crate::experiment::cell_groups::group)
+    {
+        o.remove("cells");
+        o.insert("cell_groups".into(), groups);
+    }
     write_atomic(&cfg_path, &serde_json::to_vec(&cfg)?)?;
     Ok((before, after))
 }
