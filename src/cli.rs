@@ -103,6 +103,15 @@ pub struct ColdstartArgs {
     /// Step budget.
     #[arg(long)]
     pub max_steps: Option<usize>,
+    /// Problems per step.
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Peak learning rate (after the linear warm-up).
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Evaluate (and test the target) every this many steps.
+    #[arg(long)]
+    pub eval_every: Option<usize>,
     /// Dense control FFN instead of MoE.
     #[arg(long)]
     pub dense: bool,

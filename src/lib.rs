@@ -30,3 +30,52 @@ pub mod tensors;
 // instead of returning them to the OS and faulting them back in (≈10% of MoE layer time).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Tell mimalloc never to return freed memory to the OS, unless `MIMALLOC_PURGE_DELAY` is set
+/// (then that value holds). By default it purges freed memory a second after the free. A
+/// `medium` step frees and reallocates buffers of tens of MB; each such buffer came back as
+/// fresh huge pages that the kernel zeroes, which was a fifth of a cold-start step's profile.
+/// The peak RSS is the same either way: freed memory is reused, not added to. The binary
+/// calls this first; `bench` compares both settings.
+pub fn keep_freed_memory() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        set_purge_delay_ms(-1);
+    }
+}
+
+// `mi_option_purge_delay` is 15 in both the v2 and the v3 `mi_option_e` of the
+// libmimalloc-sys 0.1.49 that Cargo.lock pins (v3, whose default for it, 1000, is tested); the
+// crate exports these functions only with its `extended` feature, so they are declared here.
+const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
+unsafe extern "C" {
+    fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
+    fn mi_option_get(option: std::ffi::c_int) -> std::ffi::c_long;
+}
+
+/// Set mimalloc's `purge_delay` option, in milliseconds (-1: never purge; 1000 by default).
+pub fn set_purge_delay_ms(ms: i64) {
+    // SAFETY: mi_option_set only stores the value; mimalloc reads options atomically.
+    unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, ms as std::ffi::c_long) }
+}
+
+/// mimalloc's `purge_delay` option now, in milliseconds.
+pub fn purge_delay_ms() -> i64 {
+    // SAFETY: reads an option value.
+    i64::from(unsafe { mi_option_get(MI_OPTION_PURGE_DELAY) })
+}
+
+#[cfg(test)]
+mod allocator_tests {
+    /// Option 15 is `purge_delay`: its default in mimalloc v3 is 1000 ms (its neighbours
+    /// default to 1 and 0), and a set value reads back. No other test touches it.
+    #[test]
+    fn option_15_is_mimallocs_purge_delay() {
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+            assert_eq!(super::purge_delay_ms(), 1000);
+        }
+        super::set_purge_delay_ms(-1);
+        assert_eq!(super::purge_delay_ms(), -1);
+        super::set_purge_delay_ms(1000);
+        assert_eq!(super::purge_delay_ms(), 1000);
+    }
+}

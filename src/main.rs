@@ -3,6 +3,7 @@
 use clap::Parser;
 
 fn main() {
+    driftlab::keep_freed_memory();
     let cli = driftlab::cli::Cli::parse();
     if let Err(e) = driftlab::run::run(cli) {
         eprintln!("error: {e}");

@@ -167,6 +167,15 @@ fn coldstart(device: &Device, a: ColdstartArgs) -> Result<()> {
     if let Some(s) = a.max_steps {
         cs.max_steps = s;
     }
+    if let Some(b) = a.batch_size {
+        cs.batch_size = b;
+    }
+    if let Some(lr) = a.lr {
+        cs.lr = lr;
+    }
+    if let Some(e) = a.eval_every {
+        cs.eval_every = e;
+    }
     let started = std::time::Instant::now();
     let mp = crate::progress::Progress::auto();
     let out = if a.no_cache {

@@ -144,10 +144,48 @@ pub fn rl_preset(preset: Preset, device: &Device, reps: usize) -> Result<()> {
             r.probe,
         );
     }
+    purge_ratio(&model, &task, reps)?;
     match peak_rss_mib() {
         Some(m) => println!("peak RSS of this process: {m:.0} MiB"),
         None => println!("peak RSS: not available (/proc/self/status unreadable)"),
     }
+    Ok(())
+}
+
+/// Steps (one thread, probe off) that alternate between mimalloc never returning freed memory
+/// to the OS (what the binary sets, `crate::keep_freed_memory`) and its default one-second
+/// purge delay, step by step, so that both see the same machine load; their medians.
+fn purge_ratio(model: &Model, task: &Task, reps: usize) -> Result<()> {
+    let rl = RlConfig {
+        measure_kl_ref: false,
+        micro_batches: 2,
+        rollout_shards: 2,
+        ..RlConfig::default()
+    };
+    let mut t = Trainer::new(rl, model.clone(), task.clone(), 0)?;
+    t.probe = false;
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
+    let before = crate::purge_delay_ms();
+    let (mut keep, mut purge) = (Vec::new(), Vec::new());
+    for i in 0..2 * reps.max(1) + 1 {
+        let never = i % 2 == 1;
+        crate::set_purge_delay_ms(if never { -1 } else { 1000 });
+        let s = super::secs(|| {
+            pool.install(|| t.step());
+        });
+        match i {
+            0 => {} // warm-up
+            _ if never => keep.push(s),
+            _ => purge.push(s),
+        }
+    }
+    crate::set_purge_delay_ms(before);
+    let (k, p) = (super::median(keep), super::median(purge));
+    println!(
+        "allocator (1 thread, probe off, {} alternating steps each, medians): freed memory kept {k:.3}s per step, mimalloc's default 1 s purge delay {p:.3}s; kept/purged time {:.2}",
+        reps.max(1),
+        k / p
+    );
     Ok(())
 }
 
