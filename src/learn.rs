@@ -83,7 +83,7 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
         let cs = load_or_train(
             &model_cfg,
             &task,
-            &ColdStartConfig::default(),
+            &ColdStartConfig::for_preset(a.preset),
             seed,
             device,
             &a.cache_dir,

@@ -160,7 +160,7 @@ fn coldstart(device: &Device, a: ColdstartArgs) -> Result<()> {
         ..TaskConfig::default()
     };
     let t = Task::new(task_cfg, a.seed)?;
-    let mut cs = ColdStartConfig::default();
+    let mut cs = ColdStartConfig::for_preset(a.preset);
     if let Some(x) = a.target_accuracy {
         cs.target_accuracy = x;
     }
@@ -214,8 +214,8 @@ pub fn experiment_spec(a: &ExperimentArgs) -> Result<ExperimentSpec> {
     if let Some(p) = a.preset {
         spec.preset = p;
     }
-    if a.ulp_jitter.is_some() {
-        spec.coldstart.ulp_jitter = a.ulp_jitter;
+    if let Some(draw) = a.ulp_jitter {
+        spec.coldstart.insert("ulp_jitter".into(), draw.into());
     }
     if let Some(arms) = &a.arms {
         spec.select_arms(arms)?;

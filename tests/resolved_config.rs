@@ -436,3 +436,31 @@ fn every_named_experiment_parses_resolves_and_says_what_it_is() {
         assert!(!cells.is_empty(), "{name} has no cells");
     }
 }
+
+/// Cold-start settings come from the spec's preset, so `--preset` brings its own: `medium`
+/// cells train at lr 1e-3, `toy` ones at 3e-3; a `[coldstart]` key overrides either, and a
+/// misspelt one is an error that names it.
+#[test]
+fn cold_start_settings_follow_the_preset_under_the_specs_keys() {
+    use driftlab::coldstart::ColdStartConfig;
+    use driftlab::model::Preset;
+    let lr = |s: &ExperimentSpec| s.resolve("flex").unwrap()[0].coldstart.lr;
+    let toy = ExperimentSpec::from_toml(&format!("{HEAD}preset = 'toy'\n{ARM}"), "x.toml").unwrap();
+    assert_eq!(lr(&toy), 3e-3);
+    assert_eq!(toy.resolve("flex").unwrap()[0].coldstart, ColdStartConfig::default());
+    let mut medium = toy.clone();
+    medium.preset = Preset::Medium;
+    assert_eq!(lr(&medium), 1e-3);
+    assert_eq!(
+        medium.resolve("flex").unwrap()[0].coldstart,
+        ColdStartConfig::for_preset(Preset::Medium)
+    );
+    let set = ExperimentSpec::from_toml(
+        &format!("{HEAD}preset = 'medium'\n[coldstart]\nlr = 2e-3\n{ARM}"),
+        "x.toml",
+    )
+    .unwrap();
+    assert_eq!(lr(&set), 2e-3);
+    let e = err(&format!("{HEAD}[coldstart]\nmax_step = 3\n{ARM}"));
+    assert!(e.contains("'coldstart'") && e.contains("max_step"), "{e}");
+}

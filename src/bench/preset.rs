@@ -90,7 +90,7 @@ pub fn rl_preset(preset: Preset, device: &Device, reps: usize) -> Result<()> {
     let (model, from) = match cached(
         &cfg,
         &task.cfg,
-        &ColdStartConfig::default(),
+        &ColdStartConfig::for_preset(preset),
         0,
         device,
         cache,

@@ -172,7 +172,10 @@ impl ExperimentSpec {
     /// seed), each resolved and validated; `device` is recorded in each.
     pub fn resolve(&self, device: &str) -> Result<Vec<CellConfig>> {
         self.task.validate().context("key 'task'")?;
-        self.coldstart.validate().context("key 'coldstart'")?;
+        let spec_coldstart: ColdStartConfig =
+            overlay(&ColdStartConfig::for_preset(self.preset), &self.coldstart)
+                .context("key 'coldstart'")?;
+        spec_coldstart.validate().context("key 'coldstart'")?;
         let mut out = Vec::new();
         for (regime, arm, seed) in self.cells() {
             let at = || format!("regime '{}', arm '{}'", regime.name, arm.name);
@@ -182,7 +185,7 @@ impl ExperimentSpec {
             task.validate()
                 .context("key 'task' of the regime")
                 .with_context(at)?;
-            let coldstart: ColdStartConfig = overlay(&self.coldstart, &regime.coldstart)
+            let coldstart: ColdStartConfig = overlay(&spec_coldstart, &regime.coldstart)
                 .context("key 'coldstart' of the regime")
                 .with_context(at)?;
             coldstart

@@ -1,7 +1,6 @@
 //! Experiment specs: `experiments/<name>.toml` → a validated [`ExperimentSpec`]. What each
 //! cell runs is resolved from it once, in [`super::cell`].
 
-use crate::coldstart::ColdStartConfig;
 use crate::metrics::collapse::CollapseConfig;
 use crate::model::{FfnKind, Preset};
 use crate::names::unknown;
@@ -174,8 +173,10 @@ pub struct ExperimentSpec {
     /// derived `total_steps` (= `steps`) are rejected here by [`ExperimentSpec::from_toml`].
     #[serde(default)]
     pub rl: RlConfig,
-    #[serde(default)]
-    pub coldstart: ColdStartConfig,
+    /// Cold-start keys set on top of the preset's cold-start settings
+    /// ([`crate::coldstart::ColdStartConfig::for_preset`]), so that `--preset` brings its own.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub coldstart: Map<String, Value>,
     #[serde(default)]
     pub collapse: CollapseConfig,
     pub arms: Vec<ArmSpec>,

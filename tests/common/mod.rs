@@ -73,7 +73,6 @@ pub fn tiny_experiment(
     steps: usize,
     arms: Vec<driftlab::experiment::ArmSpec>,
 ) -> driftlab::experiment::ExperimentSpec {
-    use driftlab::coldstart::ColdStartConfig;
     driftlab::experiment::ExperimentSpec {
         name: "tiny_test".into(),
         description: "integration test".into(),
@@ -95,13 +94,10 @@ pub fn tiny_experiment(
             minibatches: 2,
             ..driftlab::rl::RlConfig::default()
         },
-        coldstart: ColdStartConfig {
-            max_steps: 20,
-            batch_size: 16,
-            eval_every: 10,
-            target_accuracy: 2.0,
-            ..driftlab::coldstart::ColdStartConfig::default()
-        },
+        coldstart: serde_json::from_value(serde_json::json!({
+            "max_steps": 20, "batch_size": 16, "eval_every": 10, "target_accuracy": 2.0
+        }))
+        .unwrap(),
         collapse: Default::default(),
         arms,
         regimes: vec![],
