@@ -123,23 +123,38 @@ fn owners(runs: &[ShardRun], cells: &[CellConfig]) -> Result<BTreeMap<CellName, 
         problems.push(format!(
             "{} cell(s) finished in no shard: {} (rerun their shard with --resume)",
             missing.len(),
-            missing.join(", ")
+            listed(&missing)
         ));
     }
     if !twice.is_empty() {
         problems.push(format!(
             "{} cell(s) present twice: {} (remove the extra shard folder)",
             twice.len(),
-            twice.join(", ")
+            listed(&twice)
         ));
     }
     if !strays.is_empty() {
-        problems.push(format!("cells not in the spec: {}", strays.join(", ")));
+        problems.push(format!(
+            "{} cell(s) not in the spec: {}",
+            strays.len(),
+            listed(&strays)
+        ));
     }
     if !problems.is_empty() {
         bail!("cannot merge: {}", problems.join("; "));
     }
     Ok(owner)
+}
+
+/// The first few of `items`, comma separated, and how many more there are: a merge of a
+/// map's shards half way through would otherwise name hundreds of cells.
+fn listed(items: &[String]) -> String {
+    const SHOWN: usize = 8;
+    let mut s = items[..items.len().min(SHOWN)].join(", ");
+    if items.len() > SHOWN {
+        s.push_str(&format!(" and {} more", items.len() - SHOWN));
+    }
+    s
 }
 
 /// `df` (a frame of `schema`) with its rows in canonical cell order; within a cell, rows keep
@@ -269,4 +284,19 @@ pub fn merge(out: &Path) -> Result<Vec<CellStatus>> {
     );
     write_json(&out.join("config.json"), &config)?;
     Ok(statuses)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn long_lists_name_the_first_eight_and_count_the_rest() {
+        let items: Vec<String> = (0..10).map(|i| format!("c{i}")).collect();
+        assert_eq!(super::listed(&items[..3]), "c0, c1, c2");
+        assert_eq!(
+            super::listed(&items),
+            "c0, c1, c2, c3, c4, c5, c6, c7 and 2 more"
+        );
+        assert_eq!(super::listed(&items[..8]).matches(", ").count(), 7);
+        assert_eq!(super::listed(&[]), "");
+    }
 }
