@@ -59,6 +59,7 @@ pub fn set_purge_delay_ms(ms: i64) {
 }
 
 /// mimalloc's `purge_delay` option now, in milliseconds.
+#[allow(clippy::useless_conversion)] // c_long is i64 here, i32 on Windows
 pub fn purge_delay_ms() -> i64 {
     // SAFETY: reads an option value.
     i64::from(unsafe { mi_option_get(MI_OPTION_PURGE_DELAY) })
