@@ -629,13 +629,19 @@ fn a_slim_folder_reports_the_same_files() {
         .map(|c| (c["regime"].to_string(), c["arm"].to_string()))
         .collect();
     assert_eq!(pairs.len(), 4);
-    assert_eq!(cfg["cell_groups"].as_array().map(Vec::len), Some(pairs.len()));
+    assert_eq!(
+        cfg["cell_groups"].as_array().map(Vec::len),
+        Some(pairs.len())
+    );
     assert_eq!(cells_value(&cfg), full["cells"]);
     let mut cfg = cfg;
     cfg["cells"] = cells_value(&cfg);
     cfg.as_object_mut().unwrap().remove("cell_groups");
     full["slim"] = cfg["slim"].clone();
-    assert!(full == cfg, "config.json changed beyond its `slim` record and grouped cells");
+    assert!(
+        full == cfg,
+        "config.json changed beyond its `slim` record and grouped cells"
+    );
     assert!(
         cfg["slim"]["updates"]
             .as_array()

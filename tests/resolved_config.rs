@@ -447,7 +447,10 @@ fn cold_start_settings_follow_the_preset_under_the_specs_keys() {
     let lr = |s: &ExperimentSpec| s.resolve("flex").unwrap()[0].coldstart.lr;
     let toy = ExperimentSpec::from_toml(&format!("{HEAD}preset = 'toy'\n{ARM}"), "x.toml").unwrap();
     assert_eq!(lr(&toy), 3e-3);
-    assert_eq!(toy.resolve("flex").unwrap()[0].coldstart, ColdStartConfig::default());
+    assert_eq!(
+        toy.resolve("flex").unwrap()[0].coldstart,
+        ColdStartConfig::default()
+    );
     let mut medium = toy.clone();
     medium.preset = Preset::Medium;
     assert_eq!(lr(&medium), 1e-3);

@@ -225,8 +225,9 @@ pub fn merge(out: &Path) -> Result<Vec<CellStatus>> {
                 .join(", ")
         );
     }
-    let cells: Vec<CellConfig> = serde_json::from_value(super::cell_groups::cells_value(&runs[0].config))
-        .context("reading the cells of the first shard's config.json")?;
+    let cells: Vec<CellConfig> =
+        serde_json::from_value(super::cell_groups::cells_value(&runs[0].config))
+            .context("reading the cells of the first shard's config.json")?;
     let owner = owners(&runs, &cells)?;
     let mut frames = Frames::default();
     for (frame, schema) in frames

@@ -61,10 +61,12 @@ impl RunInfo {
             o.remove("target_reward");
         }
         let spec: Option<ExperimentSpec> = serde_json::from_value(spec_json).ok();
-        let cells = serde_json::from_value::<Vec<CellConfig>>(crate::experiment::cell_groups::cells_value(&v))
-            .ok()
-            .or_else(|| spec.as_ref().and_then(|s| s.resolve("").ok()))
-            .unwrap_or_default();
+        let cells = serde_json::from_value::<Vec<CellConfig>>(
+            crate::experiment::cell_groups::cells_value(&v),
+        )
+        .ok()
+        .or_else(|| spec.as_ref().and_then(|s| s.resolve("").ok()))
+        .unwrap_or_default();
         let Some(spec) = spec else {
             return RunInfo {
                 cells,

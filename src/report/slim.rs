@@ -117,7 +117,9 @@ pub fn slim(dir: &Path) -> Result<(u64, u64)> {
     // The resolved cells grouped by what they share beyond the seed, and the file without
     // indentation: a map's cells are most of a committed folder's JSON.
     if let Some(o) = cfg.as_object_mut()
-        && let Some(groups) = o.get("cells").and_then(crate::experiment::cell_groups::group)
+        && let Some(groups) = o
+            .get("cells")
+            .and_then(crate::experiment::cell_groups::group)
     {
         o.remove("cells");
         o.insert("cell_groups".into(), groups);
