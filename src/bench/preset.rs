@@ -109,17 +109,7 @@ pub fn rl_preset(preset: Preset, device: &Device, reps: usize) -> Result<()> {
     };
     let params = model.weights.num_params();
     for (probe, threads) in [(true, 1), (false, rayon::current_num_threads())] {
-        let rl = RlConfig {
-            measure_kl_ref: probe,
-            micro_batches: 2,
-            rollout_shards: 2,
-            ..RlConfig::default()
-        };
-        let mut t = Trainer::new(rl, model.clone(), task.clone(), 0)?;
-        t.probe = probe;
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()?;
+        let (mut t, pool) = bench_trainer(&model, &task, probe, threads)?;
         let mut rows: Vec<Split> = Vec::new();
         for i in 0..reps.max(1) + 1 {
             let o = pool.install(|| t.step());
@@ -152,19 +142,33 @@ pub fn rl_preset(preset: Preset, device: &Device, reps: usize) -> Result<()> {
     Ok(())
 }
 
-/// Steps (one thread, probe off) that alternate between mimalloc never returning freed memory
-/// to the OS (what the binary sets, `crate::keep_freed_memory`) and its default one-second
-/// purge delay, step by step, so that both see the same machine load; their medians.
-fn purge_ratio(model: &Model, task: &Task, reps: usize) -> Result<()> {
+/// The benchmark's trainer (B 16, G 8, N 4, micro-batches and rollout shards 2; probe and
+/// reference as `probe` says) and a pool of `threads` to step it in.
+fn bench_trainer(
+    model: &Model,
+    task: &Task,
+    probe: bool,
+    threads: usize,
+) -> Result<(Trainer, rayon::ThreadPool)> {
     let rl = RlConfig {
-        measure_kl_ref: false,
+        measure_kl_ref: probe,
         micro_batches: 2,
         rollout_shards: 2,
         ..RlConfig::default()
     };
     let mut t = Trainer::new(rl, model.clone(), task.clone(), 0)?;
-    t.probe = false;
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
+    t.probe = probe;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?;
+    Ok((t, pool))
+}
+
+/// Steps (one thread, probe off) that alternate between mimalloc never returning freed memory
+/// to the OS (what the binary sets, `crate::keep_freed_memory`) and its default one-second
+/// purge delay, step by step, so that both see the same machine load; their medians.
+fn purge_ratio(model: &Model, task: &Task, reps: usize) -> Result<()> {
+    let (mut t, pool) = bench_trainer(model, task, false, 1)?;
     let before = crate::purge_delay_ms();
     let (mut keep, mut purge) = (Vec::new(), Vec::new());
     for i in 0..2 * reps.max(1) + 1 {
