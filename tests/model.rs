@@ -6,7 +6,7 @@ use burn::tensor::{IndexingUpdateOp, Tensor};
 use common::*;
 use driftlab::model::moe::{LayerRouting, moe_forward, native_topk, swiglu};
 use driftlab::model::weights::{MoeWeights, SwiGlu};
-use driftlab::model::{ForwardOptions, ModelConfig, NO_ROUTE};
+use driftlab::model::{ForwardOptions, ModelConfig, NO_ROUTE, SeqBatch};
 use driftlab::tensors::{floats, ints, to_vec};
 
 #[test]
@@ -523,4 +523,104 @@ fn the_fused_host_update_is_bitwise_the_tensor_update() {
         (wf, wp) = (a, b);
     }
     assert_eq!(clipped, [true, true, true, false], "clipping on, then off");
+}
+
+/// The CPU backend's attention node and the tensor path agree: a whole model's logits and the
+/// gradient of every weight, over left-padded rows (masked keys), with and without a graph;
+/// and a KV-cached continuation (cached keys, `pos0 > 0`) gives the same logits both ways.
+#[test]
+fn attention_node_and_tensor_path_agree_forward_and_gradients() {
+    use driftlab::model::LayerCache;
+    use driftlab::model::attn_core::{core_calls, with_tensor_attention};
+    let model = tiny_model(9);
+    let task = sort_task(3);
+    let batch = batch_of(&problems(&task, 5, 8));
+    assert!(batch.valid.contains(&false), "left padding masks some keys");
+    let lw: Vec<f32> = (0..batch.n_tokens() * model.cfg.vocab_size)
+        .map(|i| (i % 5) as f32 - 2.0)
+        .collect();
+    let run = |tensor_path: bool| {
+        let go = || {
+            let train = model.require_grad();
+            let out = train.forward(&batch, &ForwardOptions::default());
+            let logits = to_vec(out.logits.clone().inner());
+            let shape = out.logits.dims();
+            let w = floats(lw.clone(), shape, &out.logits.device());
+            let grads = (out.logits * w).sum().backward();
+            let g: Vec<Vec<f32>> = train
+                .weights
+                .tensors()
+                .iter()
+                .map(|t| to_vec(t.grad(&grads).expect("every weight has a gradient")))
+                .collect();
+            let plain = to_vec(model.forward(&batch, &ForwardOptions::default()).logits);
+            (logits, plain, g)
+        };
+        if tensor_path {
+            with_tensor_attention(go)
+        } else {
+            go()
+        }
+    };
+    let before = core_calls();
+    let (la, pa, ga) = run(false);
+    assert!(core_calls() > before, "the attention node ran");
+    let (lb, pb, gb) = run(true);
+    assert_eq!(
+        la, pa,
+        "the node gives the same logits with and without a graph"
+    );
+    assert_eq!(lb, pb, "so does the tensor path");
+    let d = max_abs(&la, &lb);
+    assert!(d <= 1e-5, "logits differ between the paths by {d}");
+    for (i, (a, b)) in ga.iter().zip(&gb).enumerate() {
+        let scale = b.iter().fold(1.0f32, |m, x| m.max(x.abs()));
+        let d = max_abs(a, b);
+        assert!(
+            d <= 1e-5 * scale,
+            "weight {i}: gradients differ by {d} (scale {scale})"
+        );
+    }
+
+    // Prefix then the rest through a KV cache, both ways.
+    let (b, s) = (batch.batch, batch.seq);
+    let cut = s - 3;
+    let cached = |tensor_path: bool| {
+        let go = || {
+            let take = |from: usize, to: usize| SeqBatch {
+                batch: b,
+                seq: to - from,
+                tokens: (0..b)
+                    .flat_map(|r| batch.tokens[r * s + from..r * s + to].to_vec())
+                    .collect(),
+                valid: (0..b)
+                    .flat_map(|r| batch.valid[r * s + from..r * s + to].to_vec())
+                    .collect(),
+            };
+            let kv = |to: usize| -> Vec<bool> {
+                (0..b)
+                    .flat_map(|r| batch.valid[r * s..r * s + to].to_vec())
+                    .collect()
+            };
+            let mut cache: Vec<LayerCache> = Vec::new();
+            let opts = ForwardOptions::default();
+            let inner = model.inner();
+            inner.forward_at(&take(0, cut), 0, &kv(cut), &opts, Some(&mut cache));
+            to_vec(
+                inner
+                    .forward_at(&take(cut, s), cut, &kv(s), &opts, Some(&mut cache))
+                    .logits,
+            )
+        };
+        if tensor_path {
+            with_tensor_attention(go)
+        } else {
+            go()
+        }
+    };
+    let d = max_abs(&cached(false), &cached(true));
+    assert!(
+        d <= 1e-5,
+        "cached continuations differ between the paths by {d}"
+    );
 }

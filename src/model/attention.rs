@@ -77,11 +77,12 @@ impl Rope {
     }
 }
 
-/// Cached keys and values of one layer, `[batch, heads, len, head_dim]`.
+/// Cached keys and values of one layer, token-major `[batch, len, d_model]` (RoPE applied to
+/// the keys).
 #[derive(Clone, Debug, Default)]
 pub struct LayerCache {
-    pub k: Option<Tensor<4>>,
-    pub v: Option<Tensor<4>>,
+    pub k: Option<Tensor<3>>,
+    pub v: Option<Tensor<3>>,
 }
 
 #[derive(Clone, Debug)]
@@ -95,6 +96,53 @@ pub struct AttnMask {
 
 /// How far masked attention logits are pushed down before the exact 0/1 mask.
 pub const MASK_SHIFT: f32 = 80.0;
+
+/// The mask of one forward: which keys each query may see (see [`causal_mask`]). The tensor
+/// form is built on first use, by the tensor path only.
+pub struct Mask<'a> {
+    pub key_valid: &'a [bool],
+    pub batch: usize,
+    pub pos0: usize,
+    pub seq: usize,
+    device: Device,
+    tensors: std::cell::OnceCell<AttnMask>,
+}
+
+impl<'a> Mask<'a> {
+    pub fn new(
+        key_valid: &'a [bool],
+        batch: usize,
+        pos0: usize,
+        seq: usize,
+        device: &Device,
+    ) -> Self {
+        assert_eq!(
+            key_valid.len(),
+            batch * (pos0 + seq),
+            "key validity must cover every cached and new position"
+        );
+        Mask {
+            key_valid,
+            batch,
+            pos0,
+            seq,
+            device: device.clone(),
+            tensors: std::cell::OnceCell::new(),
+        }
+    }
+
+    fn tensors(&self) -> &AttnMask {
+        self.tensors.get_or_init(|| {
+            causal_mask(
+                self.key_valid,
+                self.batch,
+                self.pos0,
+                self.seq,
+                &self.device,
+            )
+        })
+    }
+}
 
 pub fn causal_mask(
     key_valid: &[bool],
@@ -129,14 +177,15 @@ pub fn causal_mask(
 }
 
 /// Self-attention on `x` `[batch·seq, d_model]` (already normalised). With a cache, the new
-/// keys and values are appended and attention runs over all cached positions.
+/// keys and values are appended and attention runs over all cached positions. On the CPU
+/// backend the core runs as one node ([`super::attn_core`]); elsewhere as tensor ops.
 pub fn attention(
     w: &BlockWeights,
     cfg: &ModelConfig,
     rope: &Rope,
     x: Tensor<2>,
     (batch, seq, pos0): (usize, usize, usize),
-    mask: &AttnMask,
+    mask: &Mask<'_>,
     cache: Option<&mut LayerCache>,
 ) -> Tensor<2> {
     let (d, h, hd) = (cfg.d_model, cfg.n_heads, cfg.head_dim());
@@ -148,21 +197,30 @@ pub fn attention(
             .slice([0..n, i * d..(i + 1) * d])
             .reshape([batch, seq, d])
     };
-    let heads = |t: Tensor<3>| t.reshape([batch, seq, h, hd]).swap_dims(1, 2); // [B, H, S, hd]
-    let q = heads(rope.apply(part(0), part(3), pos0));
-    let mut k = heads(rope.apply(part(1), part(4), pos0));
-    let mut v = heads(part(2));
+    let q = rope.apply(part(0), part(3), pos0); // [B, S, D]
+    let mut k = rope.apply(part(1), part(4), pos0);
+    let mut v = part(2);
     if let Some(c) = cache {
         if let (Some(pk), Some(pv)) = (c.k.take(), c.v.take()) {
-            k = Tensor::cat(vec![pk, k], 2);
-            v = Tensor::cat(vec![pv, v], 2);
+            k = Tensor::cat(vec![pk, k], 1);
+            v = Tensor::cat(vec![pv, v], 1);
         }
         c.k = Some(k.clone());
         c.v = Some(v.clone());
     }
-    let scores = q.matmul(k.swap_dims(2, 3)) * (1.0 / (hd as f32).sqrt()) + mask.additive.clone(); // [B, H, S, KV]
-    let m = scores.clone().detach().max_dim(3);
-    let e = crate::tensors::exp(scores - m) * mask.keep.clone();
+    #[cfg(feature = "flex")]
+    if let Some(ctx) = super::attn_core::attention_core(&q, &k, &v, h, mask.key_valid, pos0) {
+        return ctx.reshape([n, d]).matmul(w.wo.clone());
+    }
+    let heads = |t: Tensor<3>| {
+        let [_, len, _] = t.dims();
+        t.reshape([batch, len, h, hd]).swap_dims(1, 2) // [B, H, len, hd]
+    };
+    let (q, k, v) = (heads(q), heads(k), heads(v));
+    let m = mask.tensors();
+    let scores = q.matmul(k.swap_dims(2, 3)) * (1.0 / (hd as f32).sqrt()) + m.additive.clone(); // [B, H, S, KV]
+    let mx = scores.clone().detach().max_dim(3);
+    let e = crate::tensors::exp(scores - mx) * m.keep.clone();
     let ctx = (e.clone() / e.sum_dim(3)).matmul(v); // [B, H, S, hd]
     ctx.swap_dims(1, 2).reshape([n, d]).matmul(w.wo.clone())
 }

@@ -17,6 +17,7 @@
 //! Opt-in ([`set_fused`]) until it has been compared end to end; other devices, gradient
 //! checkpointing and expert counts without an arity below keep the sparse path.
 
+use super::host_mm::{View, gemm_into, host};
 use crate::fastmath::{silu_mul, silu_mul_consts};
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -25,7 +26,6 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind};
 use burn::tensor::{Tensor, TensorData};
 use burn_flex::{Flex, FlexTensor};
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -127,41 +127,17 @@ fn mm(
     c: &mut [f32],
     acc: bool,
 ) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
-    let (a_rs, a_cs) = if at { (1, m as isize) } else { (k as isize, 1) };
-    let (b_rs, b_cs) = if bt { (1, k as isize) } else { (n as isize, 1) };
-    let par = if m * n * k >= 192 * 192 * 192 {
-        gemm::Parallelism::Rayon(0)
+    let a = if at {
+        View::transposed(a, m)
     } else {
-        gemm::Parallelism::None
+        View::rows(a, k)
     };
-    // SAFETY: the asserts above bound every index the strides reach.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            acc,
-            a.as_ptr(),
-            a_cs,
-            a_rs,
-            b.as_ptr(),
-            b_cs,
-            b_rs,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
-            par,
-        );
-    }
+    let b = if bt {
+        View::transposed(b, k)
+    } else {
+        View::rows(b, n)
+    };
+    gemm_into(m, n, k, a, b, c, n, 1.0, acc);
 }
 
 /// What the backward pass reads: the grouping, the gathered inputs, the pre-activations, the
@@ -179,19 +155,6 @@ pub struct Saved {
     gate: Arc<Vec<f32>>,
     /// Per expert `[W1, W3, W2]`.
     w: Arc<Vec<[FlexTensor; 3]>>,
-}
-
-/// The tensor's values, borrowed where it is contiguous.
-fn host(t: &FlexTensor) -> Cow<'_, [f32]> {
-    match t.as_slice::<f32>() {
-        Some(s) => Cow::Borrowed(s),
-        None => Cow::Owned(
-            t.to_contiguous()
-                .into_data()
-                .try_into_vec::<f32>()
-                .expect("an f32 tensor"),
-        ),
-    }
 }
 
 /// The forward pass on host slices: the layer's output `[t, d]` and what backward needs.

@@ -1,9 +1,13 @@
 //! The instrumented MoE transformer: decoder-only, RoPE attention, RMSNorm, MoE or dense FFN.
 
 pub mod attention;
+#[cfg(feature = "flex")]
+pub mod attn_core;
 pub mod config;
 #[cfg(feature = "flex")]
 pub mod fused;
+#[cfg(feature = "flex")]
+pub mod host_mm;
 pub mod moe;
 pub mod weights;
 
@@ -13,7 +17,7 @@ pub use moe::{LayerRouting, NO_ROUTE, RoutingTrace};
 pub use weights::{ParamGroup, Weights};
 
 use crate::tensors::log_softmax;
-use attention::{Rope, attention, causal_mask};
+use attention::{Mask, Rope, attention};
 use burn::tensor::{Device, Tensor};
 use weights::FfnWeights;
 
@@ -159,7 +163,7 @@ impl Model {
             .clone()
             .select(0, crate::tensors::ints(&ids, [b * s], &device));
         let mut x = round(embedded); // [B·S, D]
-        let mask = causal_mask(key_valid, b, pos0, s, &device);
+        let mask = Mask::new(key_valid, b, pos0, s, &device);
         let mut traces = Vec::new();
         let mut aux = Vec::new();
         let mut z = Vec::new();

@@ -1,0 +1,333 @@
+//! The CPU backend's attention core: `softmax(c·q·kᵀ + mask)·v` for every row and head on host
+//! slices, as one autodiff node with a hand-written backward; the same code runs with and
+//! without a graph, so the two give bitwise-identical values.
+//!
+//! q is `[b, s, d]`, k and v `[b, kv, d]` (`kv = pos0 + s`, cached positions first), token-major
+//! as the QKV projection makes them: head h owns columns `h·hd..(h+1)·hd`, so each (row, head)
+//! block is read and written in place through gemm's strides and no head transpose is copied.
+//! The query at position `p = pos0 + i` of row b sees key j when `j ≤ p` and
+//! (`key_valid[b·kv + j]` or `j = p`), the mask of [`super::attention::causal_mask`]; a masked
+//! weight is exactly 0.
+//!
+//! Per (row, head), with `c = 1/√hd`:
+//! - forward: `S = c·Q·Kᵀ`, `P = softmax(S)` over each query's allowed keys (shifted by their
+//!   maximum, [`crate::fastmath::exp`]), `O = P·V`;
+//! - backward: `dV = Pᵀ·dO`, `dP = dO·Vᵀ`, `dS = P ⊙ (dP − rowsum(P ⊙ dP))`, `dQ = c·dS·K`,
+//!   `dK = c·dSᵀ·Q`.
+//!
+//! It replaces, on the CPU backend, the tensor path's head transposes and their copies, its two
+//! `[b, 1, s, kv]` masks and its eight elementwise passes over `[b, h, s, kv]`, each with its own
+//! buffer; other devices keep the tensor path. Checked against it, values and gradients, in
+//! `tests/model.rs`.
+
+use super::host_mm::{View, gemm_into, host};
+use crate::fastmath::exp;
+use crate::tensors::{floats, to_vec};
+use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind};
+use burn::tensor::{Tensor, TensorData};
+use burn_flex::{Flex, FlexTensor};
+use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+type Ad = Autodiff<Flex, NoCheckpointing>;
+
+static CALLS: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static TENSOR_PATH: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Attention cores computed here so far, in this process (a test's proof that it ran).
+pub fn core_calls() -> usize {
+    CALLS.load(Ordering::Relaxed)
+}
+
+/// Run `f` with the tensor path forced on this thread (tests compare the two paths).
+pub fn with_tensor_attention<T>(f: impl FnOnce() -> T) -> T {
+    let before = TENSOR_PATH.with(|c| c.replace(true));
+    let out = f();
+    TENSOR_PATH.with(|c| c.set(before));
+    out
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    b: usize,
+    s: usize,
+    kv: usize,
+    h: usize,
+    hd: usize,
+}
+
+impl Shape {
+    fn d(&self) -> usize {
+        self.h * self.hd
+    }
+
+    fn scale(&self) -> f32 {
+        1.0 / (self.hd as f32).sqrt()
+    }
+}
+
+/// One head's block of a token-major `[rows, d]` matrix starting at `off`: `[rows, hd]`, or
+/// its transpose.
+fn block(data: &[f32], off: usize, d: usize, transposed: bool) -> View<'_> {
+    let data = &data[off..];
+    if transposed {
+        View { data, rs: 1, cs: d }
+    } else {
+        View { data, rs: d, cs: 1 }
+    }
+}
+
+/// One score row in place: the allowed entries (keys `j < p` with `keep[j] = 1`, and `p`
+/// itself) become their softmax, every other entry exactly 0. `keep` is the row's key
+/// validity as 0/1; the passes are split so the compiler vectorises the exponentials.
+fn softmax_row(row: &mut [f32], keep: &[f32], p: usize) {
+    let (seen, after) = row.split_at_mut(p + 1);
+    let mut m = seen[p];
+    for (&x, &k) in seen[..p].iter().zip(keep) {
+        let x = if k > 0.0 { x } else { f32::NEG_INFINITY };
+        m = if x > m { x } else { m };
+    }
+    seen[p] = exp(seen[p] - m);
+    for (x, &k) in seen[..p].iter_mut().zip(keep) {
+        *x = exp(*x - m) * k;
+    }
+    let inv = 1.0 / seen.iter().sum::<f32>();
+    for x in seen.iter_mut() {
+        *x *= inv;
+    }
+    after.fill(0.0);
+}
+
+/// The forward pass: the context `[b, s, d]` and the attention weights `[b, h, s, kv]`.
+fn forward_host(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    sh: Shape,
+    key_valid: &[bool],
+    pos0: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let Shape { b, s, kv, h, hd } = sh;
+    let d = sh.d();
+    let mut p = vec![0.0; b * h * s * kv];
+    let mut ctx = vec![0.0; b * s * d];
+    let keep: Vec<f32> = key_valid.iter().map(|&v| f32::from(u8::from(v))).collect();
+    for (bh, pb) in p.chunks_exact_mut(s * kv).enumerate() {
+        let (bi, hi) = (bh / h, bh % h);
+        let (qo, ko) = (bi * s * d + hi * hd, bi * kv * d + hi * hd);
+        gemm_into(
+            s,
+            kv,
+            hd,
+            block(q, qo, d, false),
+            block(k, ko, d, true),
+            pb,
+            kv,
+            sh.scale(),
+            false,
+        );
+        let keep = &keep[bi * kv..(bi + 1) * kv];
+        for (i, row) in pb.chunks_exact_mut(kv).enumerate() {
+            softmax_row(row, keep, pos0 + i);
+        }
+        let o = &mut ctx[qo..];
+        gemm_into(
+            s,
+            hd,
+            kv,
+            View::rows(pb, kv),
+            block(v, ko, d, false),
+            o,
+            d,
+            1.0,
+            false,
+        );
+    }
+    (ctx, p)
+}
+
+/// What the backward pass reads.
+#[derive(Clone, Debug)]
+struct Saved {
+    sh: Shape,
+    q: Arc<Vec<f32>>,
+    k: Arc<Vec<f32>>,
+    v: Arc<Vec<f32>>,
+    p: Arc<Vec<f32>>,
+}
+
+/// `[dq, dk, dv]` from the context's gradient `dout` `[b, s, d]`.
+fn backward_host(sv: &Saved, dout: &[f32]) -> [Vec<f32>; 3] {
+    let sh = sv.sh;
+    let Shape { b, s, kv, h, hd } = sh;
+    let d = sh.d();
+    let (mut dq, mut dk, mut dv) = (
+        vec![0.0; b * s * d],
+        vec![0.0; b * kv * d],
+        vec![0.0; b * kv * d],
+    );
+    let mut ds = vec![0.0; s * kv];
+    for (bh, pb) in sv.p.chunks_exact(s * kv).enumerate() {
+        let (bi, hi) = (bh / h, bh % h);
+        let (qo, ko) = (bi * s * d + hi * hd, bi * kv * d + hi * hd);
+        let dob = block(dout, qo, d, false);
+        let pt = View::transposed(pb, kv);
+        gemm_into(kv, hd, s, pt, dob, &mut dv[ko..], d, 1.0, false);
+        gemm_into(
+            s,
+            kv,
+            hd,
+            dob,
+            block(&sv.v, ko, d, true),
+            &mut ds,
+            kv,
+            1.0,
+            false,
+        );
+        for (dsr, pr) in ds.chunks_exact_mut(kv).zip(pb.chunks_exact(kv)) {
+            let r: f32 = dsr.iter().zip(pr).map(|(a, b)| a * b).sum();
+            for (x, &pp) in dsr.iter_mut().zip(pr) {
+                *x = pp * (*x - r);
+            }
+        }
+        let (dsv, dst) = (View::rows(&ds, kv), View::transposed(&ds, kv));
+        let c = sh.scale();
+        gemm_into(
+            s,
+            hd,
+            kv,
+            dsv,
+            block(&sv.k, ko, d, false),
+            &mut dq[qo..],
+            d,
+            c,
+            false,
+        );
+        gemm_into(
+            kv,
+            hd,
+            s,
+            dst,
+            block(&sv.q, qo, d, false),
+            &mut dk[ko..],
+            d,
+            c,
+            false,
+        );
+    }
+    [dq, dk, dv]
+}
+
+#[derive(Debug)]
+struct CoreBackward;
+
+impl Backward<Flex, 3> for CoreBackward {
+    type State = Saved;
+
+    fn backward(self, ops: Ops<Saved, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let dy = grads.consume::<Flex>(&ops.node);
+        let sh = ops.state.sh;
+        let gs = backward_host(&ops.state, &host(&dy));
+        let rows = [sh.s, sh.kv, sh.kv];
+        for ((parent, g), r) in ops.parents.into_iter().zip(gs).zip(rows) {
+            if let Some(node) = parent {
+                let shape = vec![sh.b, r, sh.d()];
+                grads.register::<Flex>(node.id, FlexTensor::from_data(TensorData::new(g, shape)));
+            }
+        }
+    }
+}
+
+/// The node with a graph; `None` where a tensor is not an autodiff flex tensor without
+/// checkpointing.
+fn tracked(
+    [q, k, v]: [Tensor<3>; 3],
+    sh: Shape,
+    key_valid: &[bool],
+    pos0: usize,
+) -> Option<Tensor<3>> {
+    let mut prims = Vec::with_capacity(3);
+    for t in [q, k, v] {
+        prims.push(t.try_into_primitive::<Ad>().ok()?);
+    }
+    let guards: [NodeGuard; 3] = prims
+        .iter()
+        .map(|p| p.node())
+        .collect::<Vec<_>>()
+        .try_into()
+        .ok()?;
+    let [qh, kh, vh] = prims
+        .into_iter()
+        .map(|p| host(&p.into_primitive()).into_owned())
+        .collect::<Vec<_>>()
+        .try_into()
+        .ok()?;
+    let (ctx, p) = forward_host(&qh, &kh, &vh, sh, key_valid, pos0);
+    let out = FlexTensor::from_data(TensorData::new(ctx, [sh.b, sh.s, sh.d()]));
+    let y = match CoreBackward
+        .prepare::<NoCheckpointing>(guards)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            let saved = Saved {
+                sh,
+                q: Arc::new(qh),
+                k: Arc::new(kh),
+                v: Arc::new(vh),
+                p: Arc::new(p),
+            };
+            prep.finish(saved, out)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(out),
+    };
+    Some(Tensor::from_primitive::<Ad>(y))
+}
+
+/// The attention context `[b, s, d]` of q `[b, s, d]` over k and v `[b, kv, d]` with `heads`
+/// heads, under the mask the module doc gives (`key_valid` `[b·kv]`). `None` where this node
+/// does not apply (another device, autodiff with checkpointing, or the tensor path forced):
+/// the caller then takes the tensor path.
+pub fn attention_core(
+    q: &Tensor<3>,
+    k: &Tensor<3>,
+    v: &Tensor<3>,
+    heads: usize,
+    key_valid: &[bool],
+    pos0: usize,
+) -> Option<Tensor<3>> {
+    let device = q.device();
+    if TENSOR_PATH.with(Cell::get) || !crate::tensors::is_host(&device) {
+        return None;
+    }
+    let ([b, s, d], [_, kv, _]) = (q.dims(), k.dims());
+    assert_eq!(kv, pos0 + s, "keys cover the cached and the new positions");
+    assert_eq!(key_valid.len(), b * kv, "key validity covers every key");
+    let sh = Shape {
+        b,
+        s,
+        kv,
+        h: heads,
+        hd: d / heads,
+    };
+    let out = if q.is_autodiff() {
+        tracked([q.clone(), k.clone(), v.clone()], sh, key_valid, pos0)?
+    } else {
+        let (qh, kh, vh) = (to_vec(q.clone()), to_vec(k.clone()), to_vec(v.clone()));
+        floats(
+            forward_host(&qh, &kh, &vh, sh, key_valid, pos0).0,
+            [b, s, d],
+            &device,
+        )
+    };
+    CALLS.fetch_add(1, Ordering::Relaxed);
+    Some(out)
+}
