@@ -527,7 +527,8 @@ fn the_fused_host_update_is_bitwise_the_tensor_update() {
 
 /// The CPU backend's attention node and the tensor path agree: a whole model's logits and the
 /// gradient of every weight, over left-padded rows (masked keys), with and without a graph;
-/// and a KV-cached continuation (cached keys, `pos0 > 0`) gives the same logits both ways.
+/// and a KV-cached continuation (cached keys, `pos0 > 0`, then a single query) gives the same
+/// logits both ways.
 #[test]
 fn attention_node_and_tensor_path_agree_forward_and_gradients() {
     use driftlab::model::LayerCache;
@@ -606,11 +607,13 @@ fn attention_node_and_tensor_path_agree_forward_and_gradients() {
             let opts = ForwardOptions::default();
             let inner = model.inner();
             inner.forward_at(&take(0, cut), 0, &kv(cut), &opts, Some(&mut cache));
-            to_vec(
-                inner
-                    .forward_at(&take(cut, s), cut, &kv(s), &opts, Some(&mut cache))
-                    .logits,
-            )
+            // Two positions, then one (a generation step's single query).
+            let mut logits = Vec::new();
+            for (from, to) in [(cut, s - 1), (s - 1, s)] {
+                let o = inner.forward_at(&take(from, to), from, &kv(to), &opts, Some(&mut cache));
+                logits.extend(to_vec(o.logits));
+            }
+            logits
         };
         if tensor_path {
             with_tensor_attention(go)
