@@ -627,3 +627,25 @@ fn attention_node_and_tensor_path_agree_forward_and_gradients() {
         "cached continuations differ between the paths by {d}"
     );
 }
+
+/// With the fused expert node on, a forward with a graph (the node) and one without (the sparse
+/// path) give bitwise the same logits: π_old's recompute against the first update keeps
+/// on-policy ratios of exactly 1 when the node is turned on.
+#[test]
+fn fused_node_and_sparse_no_graph_forward_are_bitwise_equal() {
+    use driftlab::model::fused::{fused_layers, with_fused};
+    let model = tiny_model(12);
+    let batch = batch_of(&problems(&sort_task(2), 6, 4));
+    let opts = ForwardOptions::default();
+    let before = fused_layers();
+    let (plain, graph) = with_fused(true, || {
+        let plain = to_vec(model.forward(&batch, &opts).logits);
+        let graph = to_vec(model.require_grad().forward(&batch, &opts).logits.inner());
+        (plain, graph)
+    });
+    assert!(
+        fused_layers() >= before + model.cfg.n_layers,
+        "the forward with a graph took the node in every layer"
+    );
+    assert_eq!(plain, graph);
+}
