@@ -39,20 +39,59 @@ pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + exp(-x))
 }
 
-/// `out[i] = b[i] · (a[i] · σ(a[i]))`: the value of `silu(a) ⊙ b`.
-pub fn silu_mul(a: &[f32], b: &[f32], out: &mut [f32]) {
-    for ((o, &a), &b) in out.iter_mut().zip(a).zip(b) {
-        *o = b * (a * sigmoid(a));
+/// Defines a slice kernel whose body is compiled twice: as is, and for AVX-512 (taken at run
+/// time where the CPU has avx512f). The arithmetic is the same and Rust never contracts a
+/// multiply and an add into one FMA, so only the vector width differs: both give the same bits
+/// (tested), and no number depends on the machine's vector unit.
+macro_rules! wide {
+    ($(#[$m:meta])* pub fn $name:ident($($arg:ident: $ty:ty),*) $body:block) => {
+        $(#[$m])*
+        pub fn $name($($arg: $ty),*) {
+            #[inline(always)]
+            fn body($($arg: $ty),*) $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                unsafe fn avx512($($arg: $ty),*) {
+                    body($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU has avx512f.
+                    return unsafe { avx512($($arg),*) };
+                }
+            }
+            body($($arg),*)
+        }
+    };
+}
+
+wide! {
+    /// `v[i] = e^v[i]` in place.
+    pub fn exp_in_place(v: &mut [f32]) {
+        for a in v.iter_mut() {
+            *a = exp(*a);
+        }
     }
 }
 
-/// The constants of the exp-free SwiGLU backward: `c3 = a·σ(a)` (= silu(a)) and
-/// `c1 = b·σ(a)(1 + a(1 − σ(a)))` (= b·silu'(a)).
-pub fn silu_mul_consts(a: &[f32], b: &[f32], c1: &mut [f32], c3: &mut [f32]) {
-    for (((c1, c3), &a), &b) in c1.iter_mut().zip(c3.iter_mut()).zip(a).zip(b) {
-        let s = sigmoid(a);
-        *c3 = a * s;
-        *c1 = b * (s + a * s * (1.0 - s));
+wide! {
+    /// `out[i] = b[i] · (a[i] · σ(a[i]))`: the value of `silu(a) ⊙ b`.
+    pub fn silu_mul(a: &[f32], b: &[f32], out: &mut [f32]) {
+        for ((o, &a), &b) in out.iter_mut().zip(a).zip(b) {
+            *o = b * (a * sigmoid(a));
+        }
+    }
+}
+
+wide! {
+    /// The constants of the exp-free SwiGLU backward: `c3 = a·σ(a)` (= silu(a)) and
+    /// `c1 = b·σ(a)(1 + a(1 − σ(a)))` (= b·silu'(a)).
+    pub fn silu_mul_consts(a: &[f32], b: &[f32], c1: &mut [f32], c3: &mut [f32]) {
+        for (((c1, c3), &a), &b) in c1.iter_mut().zip(c3.iter_mut()).zip(a).zip(b) {
+            let s = sigmoid(a);
+            *c3 = a * s;
+            *c1 = b * (s + a * s * (1.0 - s));
+        }
     }
 }
 
@@ -89,5 +128,31 @@ mod tests {
             );
         }
         assert_eq!(sigmoid(0.0), 0.5);
+    }
+
+    /// The slice kernels (AVX-512 where this CPU has it) give bitwise the values of the
+    /// element functions, one call per element, over the whole clamped range and beyond.
+    #[test]
+    fn slice_kernels_are_bitwise_the_element_functions() {
+        let a: Vec<f32> = (0..10_007).map(|i| (i as f32 - 5000.0) * 0.019).collect();
+        let b: Vec<f32> = a.iter().map(|x| 1.5 - x * 0.3).collect();
+        let one = |f: fn(f32) -> f32, x: f32| std::hint::black_box(f)(std::hint::black_box(x));
+        let mut e = a.clone();
+        exp_in_place(&mut e);
+        let (mut y, mut c1, mut c3) = (vec![0.0; a.len()], vec![0.0; a.len()], vec![0.0; a.len()]);
+        silu_mul(&a, &b, &mut y);
+        silu_mul_consts(&a, &b, &mut c1, &mut c3);
+        for i in 0..a.len() {
+            let (x, s) = (a[i], one(sigmoid, a[i]));
+            assert_eq!(e[i].to_bits(), one(exp, x).to_bits(), "exp({x})");
+            assert_eq!(
+                y[i].to_bits(),
+                (b[i] * (x * s)).to_bits(),
+                "silu_mul at {x}"
+            );
+            assert_eq!(c3[i].to_bits(), (x * s).to_bits(), "c3 at {x}");
+            let want = b[i] * (s + x * s * (1.0 - s));
+            assert_eq!(c1[i].to_bits(), want.to_bits(), "c1 at {x}");
+        }
     }
 }

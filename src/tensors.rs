@@ -53,17 +53,12 @@ pub fn exp<const D: usize>(x: Tensor<D>) -> Tensor<D> {
         // No graph: the input is read by move (no copy where nothing else holds it) and
         // exponentiated in place.
         let mut v = to_vec(x);
-        for a in &mut v {
-            *a = crate::fastmath::exp(*a);
-        }
+        crate::fastmath::exp_in_place(&mut v);
         return floats(v, dims, &device);
     }
     let xc = x.clone().inner();
-    let v = to_vec(xc.clone());
-    let mut e = vec![0.0; v.len()];
-    for (o, &a) in e.iter_mut().zip(&v) {
-        *o = crate::fastmath::exp(a);
-    }
+    let mut e = to_vec(xc.clone());
+    crate::fastmath::exp_in_place(&mut e);
     let c = floats(e, dims, &device).autodiff();
     c.clone() + c * (x - xc.autodiff())
 }
