@@ -129,7 +129,7 @@ pub struct ExperimentArgs {
     /// RL steps per cell (overrides the spec).
     #[arg(long)]
     pub steps: Option<usize>,
-    /// Seeds, comma separated (overrides the spec).
+    /// Seeds, comma separated (overrides the spec, every regime's own list included).
     #[arg(long, value_delimiter = ',')]
     pub seeds: Option<Vec<u64>>,
     /// Model preset (overrides the spec).

@@ -201,7 +201,8 @@ fn coldstart(device: &Device, a: ColdstartArgs) -> Result<()> {
 pub fn experiment_spec(a: &ExperimentArgs) -> Result<ExperimentSpec> {
     let mut spec = find_spec(&a.specs, &a.name)?;
     if a.quick {
-        spec.seeds.truncate(1);
+        let first = spec.seeds[..1].to_vec();
+        spec.set_seeds(first);
         spec.steps = 15;
         spec.eval_every = 5;
     }
@@ -209,7 +210,7 @@ pub fn experiment_spec(a: &ExperimentArgs) -> Result<ExperimentSpec> {
         spec.steps = s;
     }
     if let Some(s) = &a.seeds {
-        spec.seeds = s.clone();
+        spec.set_seeds(s.clone());
     }
     if let Some(p) = a.preset {
         spec.preset = p;

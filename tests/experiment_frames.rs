@@ -879,3 +879,68 @@ fn summaries_do_not_depend_on_the_order_cells_flushed_in() {
     let _ = std::fs::remove_dir_all(&tmp);
     assert_eq!(a, b, "the same rows in reverse order summarise identically");
 }
+
+#[test]
+fn a_regime_can_run_its_own_seeds_within_its_controls() {
+    use driftlab::experiment::RegimeSpec;
+    let mut s = spec(2);
+    s.regimes = vec![
+        RegimeSpec {
+            name: "control".into(),
+            seeds: Some(vec![0, 1, 2]),
+            ..RegimeSpec::default_regime()
+        },
+        RegimeSpec {
+            name: "dose".into(),
+            control: Some("control".into()),
+            arms: Some(vec!["gspo".into()]),
+            seeds: Some(vec![2, 0]),
+            ..RegimeSpec::default_regime()
+        },
+        RegimeSpec {
+            name: "plain".into(),
+            arms: Some(vec!["gspo".into()]),
+            ..RegimeSpec::default_regime()
+        },
+    ];
+    s.validate().unwrap();
+    let names = |s: &driftlab::experiment::ExperimentSpec| -> Vec<(String, String, u64)> {
+        s.cells()
+            .into_iter()
+            .map(|(r, a, seed)| (r.name, a.name, seed))
+            .collect()
+    };
+    let want: Vec<(String, String, u64)> = [
+        ("control", "grpo_r2", 0),
+        ("control", "grpo_r2", 1),
+        ("control", "grpo_r2", 2),
+        ("control", "gspo", 0),
+        ("control", "gspo", 1),
+        ("control", "gspo", 2),
+        ("dose", "gspo", 2),
+        ("dose", "gspo", 0),
+        ("plain", "gspo", 0),
+        ("plain", "gspo", 1),
+    ]
+    .iter()
+    .map(|&(r, a, x)| (r.into(), a.into(), x))
+    .collect();
+    assert_eq!(names(&s), want);
+    // The command line's seeds replace every list.
+    let mut one = s.clone();
+    one.set_seeds(vec![7]);
+    one.validate().unwrap();
+    assert!(names(&one).iter().all(|c| c.2 == 7));
+    assert_eq!(names(&one).len(), 4);
+    // A dose seed its control does not run has nothing to be paired with.
+    let mut bad = s.clone();
+    bad.regimes[1].seeds = Some(vec![0, 3]);
+    let err = format!("{:#}", bad.validate().unwrap_err());
+    assert!(err.contains("seed 3 is not among the seeds of its control"), "{err}");
+    let mut twice = s.clone();
+    twice.regimes[0].seeds = Some(vec![1, 1]);
+    assert!(format!("{:#}", twice.validate().unwrap_err()).contains("appears twice"));
+    let mut empty = s;
+    empty.regimes[2].seeds = Some(vec![]);
+    assert!(format!("{:#}", empty.validate().unwrap_err()).contains("at least one seed"));
+}

@@ -83,6 +83,12 @@ pub struct RegimeSpec {
     /// Only these arms run in this regime (default: every arm), e.g. a regime that exists for
     /// one comparison need not repeat the others.
     pub arms: Option<Vec<String>>,
+    /// This regime's seeds (default: the spec's `seeds`): a column of the stability map whose
+    /// paired differences are noisier runs more seeds than the others. A regime with a
+    /// `control` runs only seeds its control runs (each pair needs both cells). `--seeds` and
+    /// `--quick` replace every regime's list with theirs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seeds: Option<Vec<u64>>,
     /// The regime this one is compared against, seed by seed and arm by arm (the stability
     /// map's no-drift control with the same other settings).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -120,6 +126,7 @@ impl RegimeSpec {
             task: Map::new(),
             coldstart: Map::new(),
             arms: None,
+            seeds: None,
             control: None,
             map: None,
             x: None,
@@ -332,6 +339,15 @@ impl ExperimentSpec {
             if !regime_names.insert(r.name.as_str()) {
                 bail!("key 'regimes': regime name '{}' appears twice", r.name);
             }
+            if let Some(seeds) = &r.seeds {
+                if seeds.is_empty() {
+                    bail!("regime '{}', key 'seeds': at least one seed is needed", r.name);
+                }
+                let distinct: std::collections::BTreeSet<_> = seeds.iter().collect();
+                if distinct.len() != seeds.len() {
+                    bail!("regime '{}', key 'seeds': a seed appears twice", r.name);
+                }
+            }
             for n in r.arms.iter().flatten() {
                 if !known.contains(&n.as_str()) {
                     bail!(
@@ -342,7 +358,34 @@ impl ExperimentSpec {
                 }
             }
         }
+        for r in &self.regimes {
+            let Some(c) = &r.control else { continue };
+            let Some(control) = self.regimes.iter().find(|x| &x.name == c) else {
+                continue;
+            };
+            let theirs = self.seeds_of(control);
+            if let Some(s) = self.seeds_of(r).iter().find(|s| !theirs.contains(s)) {
+                bail!(
+                    "regime '{}', key 'seeds': seed {s} is not among the seeds of its control \
+                     '{c}', so its cells would have nothing to be paired with",
+                    r.name
+                );
+            }
+        }
         self.resolve("").map(|_| ())
+    }
+
+    /// The seeds `regime` runs: its own list, or the spec's.
+    pub fn seeds_of<'a>(&'a self, regime: &'a RegimeSpec) -> &'a [u64] {
+        regime.seeds.as_deref().unwrap_or(&self.seeds)
+    }
+
+    /// Every seed list of the spec (the spec's and each regime's) replaced by `seeds`.
+    pub fn set_seeds(&mut self, seeds: Vec<u64>) {
+        for r in &mut self.regimes {
+            r.seeds = None;
+        }
+        self.seeds = seeds;
     }
 
     /// The regimes to run (the implicit `default` when the spec names none).
@@ -399,7 +442,7 @@ impl ExperimentSpec {
                 if r.arms.as_ref().is_some_and(|l| !l.contains(&a.name)) {
                     continue;
                 }
-                for &s in &self.seeds {
+                for &s in self.seeds_of(&r) {
                     cells.push((r.clone(), a.clone(), s));
                 }
             }
