@@ -936,7 +936,10 @@ fn a_regime_can_run_its_own_seeds_within_its_controls() {
     let mut bad = s.clone();
     bad.regimes[1].seeds = Some(vec![0, 3]);
     let err = format!("{:#}", bad.validate().unwrap_err());
-    assert!(err.contains("seed 3 is not among the seeds of its control"), "{err}");
+    assert!(
+        err.contains("seed 3 is not among the seeds of its control"),
+        "{err}"
+    );
     let mut twice = s.clone();
     twice.regimes[0].seeds = Some(vec![1, 1]);
     assert!(format!("{:#}", twice.validate().unwrap_err()).contains("appears twice"));

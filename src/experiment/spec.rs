@@ -341,7 +341,10 @@ impl ExperimentSpec {
             }
             if let Some(seeds) = &r.seeds {
                 if seeds.is_empty() {
-                    bail!("regime '{}', key 'seeds': at least one seed is needed", r.name);
+                    bail!(
+                        "regime '{}', key 'seeds': at least one seed is needed",
+                        r.name
+                    );
                 }
                 let distinct: std::collections::BTreeSet<_> = seeds.iter().collect();
                 if distinct.len() != seeds.len() {
