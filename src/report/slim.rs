@@ -7,7 +7,7 @@
 //! same `cells` list by [`crate::experiment::cell_groups::cells_value`]). A rerun of the
 //! experiment gives the full frames back.
 
-use crate::io::{read_parquet, write_atomic, write_parquet};
+use crate::io::{read_parquet, write_atomic, write_parquet_compact};
 use crate::metrics::schema;
 use anyhow::{Context, Result};
 use serde_json::{Map, Value};
@@ -69,7 +69,7 @@ pub const UNREAD: &[(&str, &[&str])] = &[
 ];
 
 /// Rewrite the frames of `dir` without their unread columns; returns the bytes before and
-/// after. A folder slimmed before is slimmed again without change.
+/// after. A folder slimmed before is slimmed again without change to its contents.
 pub fn slim(dir: &Path) -> Result<(u64, u64)> {
     let (mut before, mut after) = (0, 0);
     let mut dropped = Map::new();
@@ -89,9 +89,10 @@ pub fn slim(dir: &Path) -> Result<(u64, u64)> {
             .copied()
             .filter(|c| df.column(c).is_ok())
             .collect();
+        // Rewritten even when no column goes: the committed form is also the compact codec.
+        let mut df = df.drop_many(gone.iter().copied());
+        write_parquet_compact(&mut df, &path)?;
         if !gone.is_empty() {
-            let mut df = df.drop_many(gone.iter().copied());
-            write_parquet(&mut df, &path)?;
             dropped.insert(
                 s.name.into(),
                 Value::from(gone.iter().map(|c| c.to_string()).collect::<Vec<_>>()),
