@@ -201,7 +201,7 @@ fn coldstart(device: &Device, a: ColdstartArgs) -> Result<()> {
 pub fn experiment_spec(a: &ExperimentArgs) -> Result<ExperimentSpec> {
     let mut spec = find_spec(&a.specs, &a.name)?;
     if a.quick {
-        let first = spec.seeds[..1].to_vec();
+        let first = spec.seeds.iter().take(1).copied().collect();
         spec.set_seeds(first);
         spec.steps = 15;
         spec.eval_every = 5;
