@@ -649,3 +649,57 @@ fn fused_node_and_sparse_no_graph_forward_are_bitwise_equal() {
     );
     assert_eq!(plain, graph);
 }
+
+/// The SwiGLU product's autodiff node (CPU) gives bitwise the value and both gradients of the
+/// tensor form it replaced, `(a1 − sg(a1)) ⊙ c1 + a3 ⊙ c3`, and agrees with burn's own
+/// `silu(a1) ⊙ a3` to rounding.
+#[test]
+fn the_silu_mul_node_is_bitwise_the_tensor_form() {
+    use driftlab::model::moe::silu_mul;
+    let device = flex();
+    let (n, f) = (7, 24);
+    let values = |m: usize| -> Vec<f32> {
+        (0..n * f)
+            .map(|i| ((i * m % 97) as f32 / 12.0) - 4.0)
+            .collect()
+    };
+    let (x1, x3, w) = (values(31), values(53), values(17));
+    let leaf = |v: &Vec<f32>| floats(v.clone(), [n, f], &device).autodiff().require_grad();
+    let weight = floats(w, [n, f], &device).autodiff();
+    let run = |form: &dyn Fn(Tensor<2>, Tensor<2>) -> Tensor<2>| {
+        let (a1, a3) = (leaf(&x1), leaf(&x3));
+        let y = form(a1.clone(), a3.clone());
+        let value = to_vec(y.clone().inner());
+        let g = (y * weight.clone()).sum().backward();
+        let grad = |t: &Tensor<2>| to_vec(t.grad(&g).expect("a gradient"));
+        (value, grad(&a1), grad(&a3))
+    };
+    let before = driftlab::model::silu_node::silu_nodes();
+    let node = run(&silu_mul);
+    assert!(
+        driftlab::model::silu_node::silu_nodes() > before,
+        "the node ran"
+    );
+    let tensor_form = |a1: Tensor<2>, a3: Tensor<2>| {
+        let (h1, h3) = (to_vec(a1.clone().inner()), to_vec(a3.clone().inner()));
+        let (mut c1, mut c3) = (vec![0.0; n * f], vec![0.0; n * f]);
+        driftlab::fastmath::silu_mul_consts(&h1, &h3, &mut c1, &mut c3);
+        let (c1, c3) = (floats(c1, [n, f], &device), floats(c3, [n, f], &device));
+        let a1c = a1.clone().inner().autodiff();
+        (a1 - a1c) * c1.autodiff() + a3 * c3.autodiff()
+    };
+    let tensor = run(&tensor_form);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&node.0), bits(&tensor.0), "value");
+    assert_eq!(bits(&node.1), bits(&tensor.1), "gradient of a1");
+    assert_eq!(bits(&node.2), bits(&tensor.2), "gradient of a3");
+    let burn = run(&|a1: Tensor<2>, a3: Tensor<2>| silu(a1) * a3);
+    for (what, a, b) in [
+        ("value", &node.0, &burn.0),
+        ("da1", &node.1, &burn.1),
+        ("da3", &node.2, &burn.2),
+    ] {
+        let d = max_abs(a, b);
+        assert!(d <= 1e-4, "{what} differs from burn's silu by {d}");
+    }
+}

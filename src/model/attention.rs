@@ -190,13 +190,12 @@ pub fn attention(
 ) -> Tensor<2> {
     let (d, h, hd) = (cfg.d_model, cfg.n_heads, cfg.head_dim());
     let n = batch * seq;
-    // [B·S, 5D]: q, k, v, rot(q), rot(k).
-    let qkv = x.matmul(rope.extend_qkv(w.wqkv.clone()));
-    let part = |i: usize| {
-        qkv.clone()
-            .slice([0..n, i * d..(i + 1) * d])
-            .reshape([batch, seq, d])
-    };
+    // [B, S, 5D]: q, k, v, rot(q), rot(k). Reshaped before it is sliced, so each part is a
+    // strided view of the projection (reshaping a column slice would copy it).
+    let qkv = x
+        .matmul(rope.extend_qkv(w.wqkv.clone()))
+        .reshape([batch, seq, 5 * d]);
+    let part = |i: usize| qkv.clone().slice([0..batch, 0..seq, i * d..(i + 1) * d]);
     let q = rope.apply(part(0), part(3), pos0); // [B, S, D]
     let mut k = rope.apply(part(1), part(4), pos0);
     let mut v = part(2);

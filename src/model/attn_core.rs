@@ -158,9 +158,10 @@ fn forward_host(
 #[derive(Clone, Debug)]
 struct Saved {
     sh: Shape,
-    q: Arc<Vec<f32>>,
-    k: Arc<Vec<f32>>,
-    v: Arc<Vec<f32>>,
+    /// The inputs as the graph holds them (contiguous; shared, not copied).
+    q: FlexTensor,
+    k: FlexTensor,
+    v: FlexTensor,
     p: Arc<Vec<f32>>,
 }
 
@@ -175,6 +176,7 @@ fn backward_host(sv: &Saved, dout: &[f32]) -> [Vec<f32>; 3] {
         vec![0.0; b * kv * d],
     );
     let mut ds = vec![0.0; s * kv];
+    let (q, k, v) = (host(&sv.q), host(&sv.k), host(&sv.v));
     for (bh, pb) in sv.p.chunks_exact(s * kv).enumerate() {
         let (bi, hi) = (bh / h, bh % h);
         let (qo, ko) = (bi * s * d + hi * hd, bi * kv * d + hi * hd);
@@ -186,7 +188,7 @@ fn backward_host(sv: &Saved, dout: &[f32]) -> [Vec<f32>; 3] {
             kv,
             hd,
             dob,
-            block(&sv.v, ko, d, true),
+            block(&v, ko, d, true),
             &mut ds,
             kv,
             1.0,
@@ -205,7 +207,7 @@ fn backward_host(sv: &Saved, dout: &[f32]) -> [Vec<f32>; 3] {
             hd,
             kv,
             dsv,
-            block(&sv.k, ko, d, false),
+            block(&k, ko, d, false),
             &mut dq[qo..],
             d,
             c,
@@ -216,7 +218,7 @@ fn backward_host(sv: &Saved, dout: &[f32]) -> [Vec<f32>; 3] {
             hd,
             s,
             dst,
-            block(&sv.q, qo, d, false),
+            block(&q, qo, d, false),
             &mut dk[ko..],
             d,
             c,
@@ -246,6 +248,16 @@ impl Backward<Flex, 3> for CoreBackward {
     }
 }
 
+/// `t` itself where its values are one contiguous run (the cache's keys and values, the
+/// projections), else a contiguous copy: what [`host`] borrows without copying.
+fn contiguous(t: FlexTensor) -> FlexTensor {
+    if t.as_slice::<f32>().is_some() {
+        t
+    } else {
+        t.to_contiguous()
+    }
+}
+
 /// The node with a graph; `None` where a tensor is not an autodiff flex tensor without
 /// checkpointing.
 fn tracked(
@@ -266,11 +278,11 @@ fn tracked(
         .ok()?;
     let [qh, kh, vh] = prims
         .into_iter()
-        .map(|p| host(&p.into_primitive()).into_owned())
+        .map(|p| contiguous(p.into_primitive()))
         .collect::<Vec<_>>()
         .try_into()
         .ok()?;
-    let (ctx, p) = forward_host(&qh, &kh, &vh, sh, key_valid, pos0);
+    let (ctx, p) = forward_host(&host(&qh), &host(&kh), &host(&vh), sh, key_valid, pos0);
     let out = FlexTensor::from_data(TensorData::new(ctx, [sh.b, sh.s, sh.d()]));
     let y = match CoreBackward
         .prepare::<NoCheckpointing>(guards)
@@ -280,9 +292,9 @@ fn tracked(
         OpsKind::Tracked(prep) => {
             let saved = Saved {
                 sh,
-                q: Arc::new(qh),
-                k: Arc::new(kh),
-                v: Arc::new(vh),
+                q: qh,
+                k: kh,
+                v: vh,
                 p: Arc::new(p),
             };
             prep.finish(saved, out)
@@ -321,9 +333,12 @@ pub fn attention_core(
     let out = if q.is_autodiff() {
         tracked([q.clone(), k.clone(), v.clone()], sh, key_valid, pos0)?
     } else {
-        let (qh, kh, vh) = (to_vec(q.clone()), to_vec(k.clone()), to_vec(v.clone()));
+        let [qh, kh, vh] = [q, k, v].map(|t| match t.clone().try_into_primitive::<Flex>() {
+            Ok(p) => contiguous(p),
+            Err(_) => FlexTensor::from_data(TensorData::new(to_vec(t.clone()), t.dims())),
+        });
         floats(
-            forward_host(&qh, &kh, &vh, sh, key_valid, pos0).0,
+            forward_host(&host(&qh), &host(&kh), &host(&vh), sh, key_valid, pos0).0,
             [b, s, d],
             &device,
         )

@@ -9,6 +9,8 @@ pub mod fused;
 #[cfg(feature = "flex")]
 pub mod host_mm;
 pub mod moe;
+#[cfg(feature = "flex")]
+pub mod silu_node;
 pub mod weights;
 
 pub use attention::LayerCache;

@@ -124,6 +124,10 @@ pub fn silu_mul(a1: Tensor<2>, a3: Tensor<2>) -> Tensor<2> {
             crate::fastmath::silu_mul(&x1, &x3, &mut y);
             return floats(y, dims, &device);
         }
+        #[cfg(feature = "flex")]
+        if let Some(y) = super::silu_node::silu_mul_tracked(&a1, &a3) {
+            return y;
+        }
         let x1 = to_vec(a1.clone().inner());
         let x3 = to_vec(a3.clone().inner());
         let n = x1.len();

@@ -242,6 +242,29 @@ impl FlexTensor {
         }
     }
 
+    /// A contiguous tensor of `shape` whose buffer is not zeroed first: `write` gets a pointer
+    /// to `shape.num_elements()` uninitialised elements and must write every one of them (a
+    /// `gemm` with `read_dst = false` does) before returning.
+    ///
+    /// # Safety
+    /// `write` writes all `shape.num_elements()` elements through the pointer and reads none
+    /// before writing it.
+    pub unsafe fn written_by<E: Element + bytemuck::Pod + Send + Sync>(
+        shape: Shape,
+        write: impl FnOnce(*mut E),
+    ) -> Self {
+        let n = shape.num_elements();
+        let mut v: Vec<E> = Vec::with_capacity(n);
+        write(v.as_mut_ptr());
+        // SAFETY: the caller's contract: all n elements were written.
+        unsafe { v.set_len(n) };
+        Self {
+            data: Arc::new(Bytes::from_elems(v)),
+            layout: Layout::contiguous(shape),
+            dtype: E::dtype(),
+        }
+    }
+
     /// Create a tensor filled with zeros.
     pub fn zeros(shape: Shape, dtype: DType) -> Self {
         Self::empty(shape, dtype)
