@@ -12,6 +12,12 @@
 //! - `da1 = dh ⊙ a3 ⊙ silu'(a1)`, `da3 = dh ⊙ silu(a1)`, `dW1 = x_eᵀ·da1`, `dW3 = x_eᵀ·da3`;
 //! - `dx_t += da1·W1ᵀ + da3·W3ᵀ` over the token's rows.
 //!
+//! Each gate's gradient is summed by the backend's own row reduction, one expert's rows at a
+//! time, as the sparse path's broadcast product reduces it, so the output and the gradients of
+//! the gates (hence the router) and of every expert matrix are bitwise the sparse path's. The
+//! input's gradient differs in its last bits: burn adds the router's and each expert's
+//! contribution in its graph-traversal order, while this node adds its experts first.
+//!
 //! An expert that no token reaches gets no gradient, as in the sparse path. Checked against
 //! the sparse path and a per-token loop, values and every gradient, in `tests/model.rs`.
 //! Opt-in ([`set_fused`]) until it has been compared end to end; other devices, gradient
@@ -232,13 +238,32 @@ fn backward_host(s: &Saved, dy: &[f32], want: &[bool]) -> Vec<Option<Vec<f32>>> 
     let n = g.tok.len();
     let mut dgate = vec![0.0; g.t * g.k];
     let mut dout = vec![0.0; n * d];
+    let mut prod = vec![0.0; n * d];
     for r in 0..n {
         let (tok, slot) = (g.tok[r], g.slot[r]);
         let dyr = &dy[tok * d..(tok + 1) * d];
         let or = &s.o[r * d..(r + 1) * d];
-        dgate[slot] = dyr.iter().zip(or).map(|(a, b)| a * b).sum();
+        for (p, (&a, &b)) in prod[r * d..(r + 1) * d].iter_mut().zip(dyr.iter().zip(or)) {
+            *p = a * b;
+        }
         for (o, &v) in dout[r * d..(r + 1) * d].iter_mut().zip(dyr) {
             *o = v * s.gate[slot];
+        }
+    }
+    // Each gate's gradient ⟨dy_t, o_r⟩ is summed by the backend's own row reduction, one
+    // expert's rows at a time, as the sparse path's broadcast product reduces it: the same bits.
+    for e in 0..g.experts() {
+        let (r0, r1) = (g.start[e], g.start[e + 1]);
+        if r0 == r1 {
+            continue;
+        }
+        let rows = prod[r0 * d..r1 * d].to_vec();
+        let sums = burn_flex::ops::reduce::sum_dim(
+            FlexTensor::from_data(TensorData::new(rows, [r1 - r0, d])),
+            1,
+        );
+        for (r, &v) in (r0..r1).zip(host(&sums).iter()) {
+            dgate[g.slot[r]] = v;
         }
     }
     let mut grads: Vec<Option<Vec<f32>>> = vec![None; 2 + 3 * g.experts()];
