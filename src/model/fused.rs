@@ -238,14 +238,9 @@ fn backward_host(s: &Saved, dy: &[f32], want: &[bool]) -> Vec<Option<Vec<f32>>> 
     let n = g.tok.len();
     let mut dgate = vec![0.0; g.t * g.k];
     let mut dout = vec![0.0; n * d];
-    let mut prod = vec![0.0; n * d];
     for r in 0..n {
         let (tok, slot) = (g.tok[r], g.slot[r]);
         let dyr = &dy[tok * d..(tok + 1) * d];
-        let or = &s.o[r * d..(r + 1) * d];
-        for (p, (&a, &b)) in prod[r * d..(r + 1) * d].iter_mut().zip(dyr.iter().zip(or)) {
-            *p = a * b;
-        }
         for (o, &v) in dout[r * d..(r + 1) * d].iter_mut().zip(dyr) {
             *o = v * s.gate[slot];
         }
@@ -257,7 +252,13 @@ fn backward_host(s: &Saved, dy: &[f32], want: &[bool]) -> Vec<Option<Vec<f32>>> 
         if r0 == r1 {
             continue;
         }
-        let rows = prod[r0 * d..r1 * d].to_vec();
+        let rows: Vec<f32> = (r0..r1)
+            .flat_map(|r| {
+                let tok = g.tok[r];
+                let (dyr, or) = (&dy[tok * d..(tok + 1) * d], &s.o[r * d..(r + 1) * d]);
+                dyr.iter().zip(or).map(|(&a, &b)| a * b)
+            })
+            .collect();
         let sums = burn_flex::ops::reduce::sum_dim(
             FlexTensor::from_data(TensorData::new(rows, [r1 - r0, d])),
             1,
