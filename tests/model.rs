@@ -234,7 +234,9 @@ fn naive_moe(w: &MoeWeights, cfg: &ModelConfig, x: Tensor<2>, ids: &[u16]) -> Te
 /// The sparse dispatch, the fused expert node (CPU) and the per-token loop agree on the output
 /// and on every gradient: input, router and each expert's three matrices, with padding tokens
 /// and with an expert no token reaches (no gradient in any path).
-fn three_paths_agree(active: &[bool], starve: Option<usize>) -> usize {
+/// `through`: the input reaches the layer through an op (as a norm's output does in the model)
+/// instead of being the leaf itself, which the fused node's gather treats differently.
+fn three_paths_agree(active: &[bool], starve: Option<usize>, through: bool) -> usize {
     use driftlab::model::fused::with_fused;
     let model = tiny_model(4);
     let cfg = model.cfg.clone();
@@ -279,8 +281,10 @@ fn three_paths_agree(active: &[bool], starve: Option<usize>) -> usize {
     );
     let run = |fused: bool| {
         let (w, x) = (leaves(&w0), x0.clone().autodiff().require_grad());
+        // × 1 is exact both ways, so the leaf's gradient is the layer input's.
+        let input = if through { x.clone() * 1.0 } else { x.clone() };
         let o = with_fused(fused, || {
-            moe_forward(&w, &cfg, x.clone(), active, routing(), false)
+            moe_forward(&w, &cfg, input, active, routing(), false)
         });
         let ids = o.trace.used.clone();
         let out = to_vec(o.out.clone().inner());
@@ -316,15 +320,18 @@ fn three_paths_agree(active: &[bool], starve: Option<usize>) -> usize {
     let grad = |x: &Tensor<2>, g: &burn::tensor::Gradients| x.grad(g).map(to_vec);
     let cmp = |a: &Tensor<2>, f: &Tensor<2>, b: &Tensor<2>, what: &str| {
         let (va, vf, vb) = (grad(a, &ga), grad(f, &gf), grad(b, &gb));
-        // Everything but the input's gradient is bitwise the sparse path's; the input's
-        // differs in the last bits because burn adds the router's and each expert's
-        // contributions in its traversal order, and the fused node adds its experts first.
-        if let (Some(x), Some(y)) = (&va, &vf)
-            && what != "input"
-        {
+        // Every gradient is bitwise the sparse path's. The input's is compared as numbers: where
+        // the node adds its rows into the held gradient in place, a row no expert reached keeps
+        // the router's zero as it is, and the sparse path's `+ 0` may turn a −0 into a +0.
+        if let (Some(x), Some(y)) = (&va, &vf) {
+            let same = |p: &f32, q: &f32| match what {
+                "input" => p == q,
+                _ => p.to_bits() == q.to_bits(),
+            };
             assert!(
-                x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()),
-                "{what}: the fused gradient is not bitwise the sparse one"
+                x.iter().zip(y).all(|(p, q)| same(p, q)),
+                "{what}: the fused gradient is not bitwise the sparse one (largest difference {})",
+                max_abs(x, y)
             );
         }
         match (&va, &vf) {
@@ -364,11 +371,13 @@ fn three_paths_agree(active: &[bool], starve: Option<usize>) -> usize {
 
 #[test]
 fn sparse_dispatch_fused_node_and_naive_loop_agree_forward_and_gradients() {
-    three_paths_agree(&[true; 24], None);
     let padded: Vec<bool> = (0..24).map(|i| i % 5 != 3).collect();
-    three_paths_agree(&padded, None);
-    // Forced onto experts 3 and 0, the other two get no token and no gradient in any path.
-    assert_eq!(three_paths_agree(&padded, Some(2)), 2);
+    for through in [false, true] {
+        three_paths_agree(&[true; 24], None, through);
+        three_paths_agree(&padded, None, through);
+        // Forced onto experts 3 and 0, the other two get no token and no gradient in any path.
+        assert_eq!(three_paths_agree(&padded, Some(2), through), 2);
+    }
 }
 
 #[test]
@@ -718,5 +727,81 @@ fn the_silu_mul_node_is_bitwise_the_tensor_form() {
     ] {
         let d = max_abs(a, b);
         assert!(d <= 1e-4, "{what} differs from burn's silu by {d}");
+    }
+}
+
+/// With the fused expert node on (the default on the CPU backend) every weight's gradient of a
+/// whole model is bitwise the sparse path's: softmax and sigmoid_bias routers, a shared expert,
+/// and replayed routes, through the load-balancing and z-losses too.
+#[test]
+fn the_fused_node_leaves_every_model_gradient_bitwise_unchanged() {
+    use driftlab::model::fused::{fused_layers, with_fused};
+    use driftlab::model::{Model, RouterKind};
+    use driftlab::optim::AdamW;
+    let batch = batch_of(&problems(&sort_task(3), 6, 5));
+    let variants = [
+        tiny_cfg(),
+        ModelConfig {
+            router: RouterKind::SigmoidBias,
+            ..tiny_cfg()
+        },
+        ModelConfig {
+            shared_expert: true,
+            ..tiny_cfg()
+        },
+    ];
+    for (i, cfg) in variants.into_iter().enumerate() {
+        let model = Model::init(cfg.clone(), 11 + i as u64, &flex());
+        let native = model.forward(&batch, &ForwardOptions::default());
+        // The routes of another model's forward: replay that differs from the native choice.
+        let other = Model::init(cfg.clone(), 99, &flex());
+        let routes: Vec<Vec<u16>> = other
+            .forward(&batch, &ForwardOptions::default())
+            .traces
+            .iter()
+            .map(|t| t.used.clone())
+            .collect();
+        let n = native.logits.dims();
+        let lw = floats(
+            (0..n[0] * n[1])
+                .map(|j| (j % 11) as f32 / 5.0 - 1.0)
+                .collect(),
+            n,
+            &flex(),
+        );
+        for replay in [false, true] {
+            let opts = if replay {
+                ForwardOptions::replay(&routes)
+            } else {
+                ForwardOptions::default()
+            };
+            let grads = |fused: bool| {
+                with_fused(fused, || {
+                    let m = model.require_grad();
+                    let o = m.forward(&batch, &opts);
+                    let loss = (o.logits * lw.clone()).sum() + o.aux_loss * 0.1 + o.z_loss * 0.01;
+                    let g = loss.backward();
+                    AdamW::collect_grads(&m.weights, &g)
+                        .into_iter()
+                        .map(to_vec)
+                        .collect::<Vec<_>>()
+                })
+            };
+            let sparse = grads(false);
+            let before = fused_layers();
+            let fused = grads(true);
+            assert!(
+                fused_layers() >= before + cfg.n_layers,
+                "variant {i}: the fused node ran in every layer"
+            );
+            assert_eq!(sparse.len(), fused.len());
+            for (j, (a, b)) in sparse.iter().zip(&fused).enumerate() {
+                assert!(
+                    a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits()),
+                    "variant {i}, replay {replay}: weight {j}'s gradient differs by {}",
+                    max_abs(a, b)
+                );
+            }
+        }
     }
 }

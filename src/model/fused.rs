@@ -13,15 +13,16 @@
 //! - `dx_t += da1·W1ᵀ + da3·W3ᵀ` over the token's rows.
 //!
 //! Each gate's gradient is summed by the backend's own row reduction, one expert's rows at a
-//! time, as the sparse path's broadcast product reduces it, so the output and the gradients of
-//! the gates (hence the router) and of every expert matrix are bitwise the sparse path's. The
-//! input's gradient differs in its last bits: burn adds the router's and each expert's
-//! contribution in its graph-traversal order, while this node adds its experts first.
+//! time, as the sparse path's broadcast product reduces it, and the routed rows are gathered by
+//! a node of their own whose backward adds the input's gradient in the sparse path's order
+//! (see [`GatherBackward`]). So the output and the gradients of the input, the gates (hence the
+//! router) and every expert matrix are bitwise the sparse path's, and every number of a run is
+//! the same with the node on or off (tested on whole models in `tests/model.rs`).
 //!
 //! An expert that no token reaches gets no gradient, as in the sparse path. Checked against
 //! the sparse path and a per-token loop, values and every gradient, in `tests/model.rs`.
-//! Opt-in ([`set_fused`]) until it has been compared end to end; other devices, gradient
-//! checkpointing and expert counts without an arity below keep the sparse path.
+//! On by default ([`set_fused`]); other devices, the forward without a graph (rollouts),
+//! gradient checkpointing and expert counts without an arity below keep the sparse path.
 
 use super::host_mm::{View, gemm_into, host};
 use crate::fastmath::{silu_mul, silu_mul_consts};
@@ -35,7 +36,7 @@ use burn_flex::{Flex, FlexTensor};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-static FUSED: AtomicBool = AtomicBool::new(false);
+static FUSED: AtomicBool = AtomicBool::new(true);
 static LAYERS: AtomicUsize = AtomicUsize::new(0);
 
 /// Layer forwards that took the fused path so far, in this process (a test's proof that it
@@ -48,7 +49,7 @@ thread_local! {
     static LOCAL: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
-/// Use the fused expert path where it applies (process-wide; off by default).
+/// Use the fused expert path where it applies (process-wide; on by default).
 pub fn set_fused(on: bool) {
     FUSED.store(on, Ordering::Relaxed);
 }
@@ -153,7 +154,7 @@ pub struct Saved {
     g: Arc<Groups>,
     d: usize,
     f: usize,
-    xg: Arc<Vec<f32>>,
+    xg: FlexTensor,
     a1: Arc<Vec<f32>>,
     a3: Arc<Vec<f32>>,
     h: Arc<Vec<f32>>,
@@ -163,9 +164,10 @@ pub struct Saved {
     w: Arc<Vec<[FlexTensor; 3]>>,
 }
 
-/// The forward pass on host slices: the layer's output `[t, d]` and what backward needs.
+/// The forward pass on host slices, from the gathered rows `xg` `[n, d]`: the layer's output
+/// `[t, d]` and what backward needs.
 fn forward_host(
-    x: &[f32],
+    xg: FlexTensor,
     gate: Vec<f32>,
     w: Vec<[FlexTensor; 3]>,
     g: Arc<Groups>,
@@ -173,10 +175,7 @@ fn forward_host(
     f: usize,
 ) -> (Vec<f32>, Saved) {
     let n = g.tok.len();
-    let mut xg = vec![0.0; n * d];
-    for (r, &tok) in g.tok.iter().enumerate() {
-        xg[r * d..(r + 1) * d].copy_from_slice(&x[tok * d..(tok + 1) * d]);
-    }
+    let xh = host(&xg);
     let (mut a1, mut a3, mut h, mut o) = (
         vec![0.0; n * f],
         vec![0.0; n * f],
@@ -189,7 +188,7 @@ fn forward_host(
             continue;
         }
         let [w1, w3, w2] = ws.each_ref().map(host);
-        let xe = &xg[s * d..(s + m) * d];
+        let xe = &xh[s * d..(s + m) * d];
         let (fa, fb) = (s * f, (s + m) * f);
         mm(m, f, d, xe, false, &w1, false, &mut a1[fa..fb], false);
         mm(m, f, d, xe, false, &w3, false, &mut a3[fa..fb], false);
@@ -216,11 +215,12 @@ fn forward_host(
             *y += v * gs;
         }
     }
+    drop(xh);
     let saved = Saved {
         g,
         d,
         f,
-        xg: Arc::new(xg),
+        xg,
         a1: Arc::new(a1),
         a3: Arc::new(a3),
         h: Arc::new(h),
@@ -231,8 +231,8 @@ fn forward_host(
     (out, saved)
 }
 
-/// Gradients `[dx, dgate, then per expert dW1, dW3, dW2]` from `dy`; `None` where not `want`ed
-/// or where no token reached the expert.
+/// Gradients `[dxg, dgate, then per expert dW1, dW3, dW2]` from `dy` (`dxg` per gathered row,
+/// `[n, d]`); `None` where not `want`ed or where no token reached the expert.
 fn backward_host(s: &Saved, dy: &[f32], want: &[bool]) -> Vec<Option<Vec<f32>>> {
     let (g, d, f) = (&*s.g, s.d, s.f);
     let n = g.tok.len();
@@ -268,6 +268,7 @@ fn backward_host(s: &Saved, dy: &[f32], want: &[bool]) -> Vec<Option<Vec<f32>>> 
         }
     }
     let mut grads: Vec<Option<Vec<f32>>> = vec![None; 2 + 3 * g.experts()];
+    let xg = host(&s.xg);
     let mut dxg = vec![0.0; n * d];
     for (e, ws) in s.w.iter().enumerate() {
         let (r0, m) = (g.start[e], g.start[e + 1] - g.start[e]);
@@ -276,7 +277,7 @@ fn backward_host(s: &Saved, dy: &[f32], want: &[bool]) -> Vec<Option<Vec<f32>>> 
         }
         let [w1, w3, w2] = ws.each_ref().map(host);
         let (fa, fb, da, db) = (r0 * f, (r0 + m) * f, r0 * d, (r0 + m) * d);
-        let (xe, he, doe) = (&s.xg[da..db], &s.h[fa..fb], &dout[da..db]);
+        let (xe, he, doe) = (&xg[da..db], &s.h[fa..fb], &dout[da..db]);
         let mut dh = vec![0.0; m * f];
         mm(m, f, d, doe, false, &w2, true, &mut dh, false);
         let (mut c1, mut c3) = (vec![0.0; m * f], vec![0.0; m * f]);
@@ -303,16 +304,7 @@ fn backward_host(s: &Saved, dy: &[f32], want: &[bool]) -> Vec<Option<Vec<f32>>> 
         mm(m, d, f, &da3, false, &w3, true, dx, true);
     }
     if want[0] {
-        let mut dx = vec![0.0; g.t * d];
-        for (r, &tok) in g.tok.iter().enumerate() {
-            for (o, &v) in dx[tok * d..(tok + 1) * d]
-                .iter_mut()
-                .zip(&dxg[r * d..(r + 1) * d])
-            {
-                *o += v;
-            }
-        }
-        grads[0] = Some(dx);
+        grads[0] = Some(dxg);
     }
     if want[1] {
         grads[1] = Some(dgate);
@@ -331,21 +323,117 @@ impl<const N: usize> Backward<Flex, N> for FusedBackward {
         let dy = host(&dy);
         let want: Vec<bool> = ops.parents.iter().map(Option::is_some).collect();
         let s = &ops.state;
-        let (t, k, d, f) = (s.g.t, s.g.k, s.d, s.f);
+        let (k, d, f) = (s.g.k, s.d, s.f);
         let gs = backward_host(s, &dy, &want);
         for (i, (p, gr)) in ops.parents.into_iter().zip(gs).enumerate() {
             let (Some(node), Some(gr)) = (p, gr) else {
                 continue;
             };
             let shape = match i {
-                0 => vec![t, d],
-                1 => vec![t, k],
+                0 => vec![s.g.tok.len(), d],
+                1 => vec![s.g.t, k],
                 i if (i - 2) % 3 == 2 => vec![f, d],
                 _ => vec![d, f],
             };
             grads.register::<Flex>(node.id, FlexTensor::from_data(TensorData::new(gr, shape)));
         }
     }
+}
+
+/// The gather of the routed rows, `x` `[t, d]` → `xg` `[n, d]` in the groups' order, as its own
+/// node so that the input's gradient is added up as the sparse path adds it, bit for bit.
+///
+/// In the sparse path every expert's `select` of `x` returns a zeroed `[t, d]` buffer with its
+/// rows' gradients in it, and burn adds it to what `x` already holds. The router's product sits
+/// at the same graph depth as those selects and burn's traversal reaches it first (through the
+/// gates), and the selects come last expert first (the concatenation's parents are popped from
+/// a stack). So each row's gradient is the router's, plus its experts' contributions from the
+/// highest expert id down. This node sits at that depth too, after the router's product, and
+/// adds the rows in that order into the gradient `x` holds, in place: no `[t, d]` buffer per
+/// expert. Only where `x` is a leaf that keeps its gradient (tests) is the held buffer shared;
+/// there each expert's rows are registered as the sparse path registers them.
+#[derive(Debug)]
+struct GatherBackward;
+
+#[derive(Clone, Debug)]
+struct GatherState {
+    g: Arc<Groups>,
+    d: usize,
+}
+
+impl Backward<Flex, 1> for GatherBackward {
+    type State = GatherState;
+
+    fn backward(self, ops: Ops<GatherState, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let dxg = grads.consume::<Flex>(&ops.node);
+        let [Some(parent)] = &ops.parents else {
+            return;
+        };
+        let (g, d) = (&*ops.state.g, ops.state.d);
+        let dxg = host(&dxg);
+        let add_rows = |dx: &mut [f32], e: usize| {
+            for r in g.start[e]..g.start[e + 1] {
+                let tok = g.tok[r];
+                for (o, &v) in dx[tok * d..(tok + 1) * d]
+                    .iter_mut()
+                    .zip(&dxg[r * d..(r + 1) * d])
+                {
+                    *o += v;
+                }
+            }
+        };
+        let experts = (0..g.experts())
+            .rev()
+            .filter(|&e| g.start[e] < g.start[e + 1]);
+        // This node's own requirement is "needed in backward"; a parent with the same one is
+        // an intermediate whose held gradient `consume` hands over (a leaf's stays held).
+        if parent.requirement == ops.node.requirement {
+            let mut held = grads.consume::<Flex>(parent);
+            if held.layout().contiguous_offsets().is_none() {
+                held = held.to_contiguous();
+            }
+            let (a, b) = held
+                .layout()
+                .contiguous_offsets()
+                .expect("a contiguous gradient");
+            // Copied first only if something else still shares the buffer.
+            let dx = &mut held.storage_mut::<f32>()[a..b];
+            experts.for_each(|e| add_rows(dx, e));
+            grads.register::<Flex>(parent.id, held);
+        } else {
+            for e in experts {
+                let mut dx = vec![0.0; g.t * d];
+                add_rows(&mut dx, e);
+                let dx = FlexTensor::from_data(TensorData::new(dx, [g.t, d]));
+                grads.register::<Flex>(parent.id, dx);
+            }
+        }
+    }
+}
+
+/// `x`'s routed rows through the gather node; `None` when `x` is not an autodiff flex tensor.
+fn gather(x: Tensor<2>, g: &Arc<Groups>) -> Option<Tensor<2>> {
+    let d = x.dims()[1];
+    let p = x.try_into_primitive::<Ad>().ok()?;
+    let guard = p.node();
+    let xh = p.into_primitive();
+    let xh = host(&xh);
+    let n = g.tok.len();
+    let mut xg = vec![0.0; n * d];
+    for (r, &tok) in g.tok.iter().enumerate() {
+        xg[r * d..(r + 1) * d].copy_from_slice(&xh[tok * d..(tok + 1) * d]);
+    }
+    let out = FlexTensor::from_data(TensorData::new(xg, [n, d]));
+    let state = GatherState { g: g.clone(), d };
+    let y = match GatherBackward
+        .prepare::<NoCheckpointing>([guard])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(state, out),
+        OpsKind::UnTracked(prep) => prep.finish(out),
+    };
+    Some(Tensor::from_primitive::<Ad>(y))
 }
 
 /// The fused layer over `N = 2 + 3·E` parents; `None` when a tensor is not an autodiff flex
@@ -358,8 +446,9 @@ fn run<const N: usize>(
 ) -> Option<Tensor<2>> {
     let [t, d] = x.dims();
     let f = w.first()?[0].dims()[1];
+    let xg = gather(x, &g)?;
     let mut prims = Vec::with_capacity(N);
-    for p in [x, gate]
+    for p in [xg, gate]
         .into_iter()
         .chain(w.iter().flat_map(|ws| ws.iter().cloned()))
     {
@@ -372,13 +461,12 @@ fn run<const N: usize>(
         .try_into()
         .ok()?;
     let inner: Vec<FlexTensor> = prims.into_iter().map(|p| p.into_primitive()).collect();
-    let xh = host(&inner[0]);
     let gh = host(&inner[1]).into_owned();
     let ws: Vec<[FlexTensor; 3]> = inner[2..]
         .chunks(3)
         .map(|c| [c[0].clone(), c[1].clone(), c[2].clone()])
         .collect();
-    let (out, saved) = forward_host(&xh, gh, ws, g, d, f);
+    let (out, saved) = forward_host(inner[0].clone(), gh, ws, g, d, f);
     let out = FlexTensor::from_data(TensorData::new(out, [t, d]));
     let y = match FusedBackward
         .prepare::<NoCheckpointing>(guards)
