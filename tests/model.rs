@@ -654,26 +654,41 @@ fn attention_node_and_tensor_path_agree_forward_and_gradients() {
     );
 }
 
-/// With the fused expert node on, a forward with a graph (the node) and one without (the sparse
-/// path) give bitwise the same logits: π_old's recompute against the first update keeps
-/// on-policy ratios of exactly 1 when the node is turned on.
+/// A forward with a graph (the fused node), one without (the fused forward on host slices)
+/// and the sparse path's, with and without a graph, give bitwise the same logits: π_old's
+/// recompute against the first update keeps on-policy ratios of exactly 1.
 #[test]
 fn fused_node_and_sparse_no_graph_forward_are_bitwise_equal() {
-    use driftlab::model::fused::{fused_layers, with_fused};
+    use driftlab::model::fused::{fused_layers, plain_layers, with_fused};
     let model = tiny_model(12);
     let batch = batch_of(&problems(&sort_task(2), 6, 4));
     let opts = ForwardOptions::default();
-    let before = fused_layers();
-    let (plain, graph) = with_fused(true, || {
-        let plain = to_vec(model.forward(&batch, &opts).logits);
-        let graph = to_vec(model.require_grad().forward(&batch, &opts).logits.inner());
-        (plain, graph)
-    });
+    let (before, before_plain) = (fused_layers(), plain_layers());
+    let logits = |fused: bool| {
+        with_fused(fused, || {
+            let plain = to_vec(model.forward(&batch, &opts).logits);
+            let graph = to_vec(model.require_grad().forward(&batch, &opts).logits.inner());
+            (plain, graph)
+        })
+    };
+    let (plain, graph) = logits(true);
     assert!(
         fused_layers() >= before + model.cfg.n_layers,
         "the forward with a graph took the node in every layer"
     );
-    assert_eq!(plain, graph);
+    assert!(
+        plain_layers() >= before_plain + model.cfg.n_layers,
+        "the forward without a graph took the fused forward in every layer"
+    );
+    let (sparse_plain, sparse_graph) = logits(false);
+    assert!(plain == graph && graph == sparse_plain && sparse_plain == sparse_graph);
+    assert!(
+        plain
+            .iter()
+            .zip(&sparse_plain)
+            .all(|(p, q)| p.to_bits() == q.to_bits()),
+        "bitwise, zeros' signs too"
+    );
 }
 
 /// The SwiGLU product's autodiff node (CPU) gives bitwise the value and both gradients of the

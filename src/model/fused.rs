@@ -38,6 +38,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 static FUSED: AtomicBool = AtomicBool::new(true);
 static LAYERS: AtomicUsize = AtomicUsize::new(0);
+static PLAIN: AtomicUsize = AtomicUsize::new(0);
+
+/// Layer forwards without a graph that took the fused forward so far, in this process.
+pub fn plain_layers() -> usize {
+    PLAIN.load(Ordering::Relaxed)
+}
 
 /// Layer forwards that took the fused path so far, in this process (a test's proof that it
 /// did not fall back).
@@ -411,19 +417,23 @@ impl Backward<Flex, 1> for GatherBackward {
     }
 }
 
-/// `x`'s routed rows through the gather node; `None` when `x` is not an autodiff flex tensor.
-fn gather(x: Tensor<2>, g: &Arc<Groups>) -> Option<Tensor<2>> {
-    let d = x.dims()[1];
-    let p = x.try_into_primitive::<Ad>().ok()?;
-    let guard = p.node();
-    let xh = p.into_primitive();
-    let xh = host(&xh);
+/// The rows of `x` `[t, d]` in the groups' order, `[n, d]`.
+fn gather_rows(x: &FlexTensor, g: &Groups, d: usize) -> FlexTensor {
+    let xh = host(x);
     let n = g.tok.len();
     let mut xg = vec![0.0; n * d];
     for (r, &tok) in g.tok.iter().enumerate() {
         xg[r * d..(r + 1) * d].copy_from_slice(&xh[tok * d..(tok + 1) * d]);
     }
-    let out = FlexTensor::from_data(TensorData::new(xg, [n, d]));
+    FlexTensor::from_data(TensorData::new(xg, [n, d]))
+}
+
+/// `x`'s routed rows through the gather node; `None` when `x` is not an autodiff flex tensor.
+fn gather(x: Tensor<2>, g: &Arc<Groups>) -> Option<Tensor<2>> {
+    let d = x.dims()[1];
+    let p = x.try_into_primitive::<Ad>().ok()?;
+    let guard = p.node();
+    let out = gather_rows(&p.into_primitive(), g, d);
     let state = GatherState { g: g.clone(), d };
     let y = match GatherBackward
         .prepare::<NoCheckpointing>([guard])
@@ -501,6 +511,33 @@ pub fn fused_experts(
         64 => run::<194>(x, gate, w, g),
         _ => None,
     }
+}
+
+/// The routed experts' output `[t, d]` without a graph (rollouts, π_old and the reference
+/// model): the node's forward on host slices, bitwise the sparse path's. `None` where a tensor
+/// is not a plain flex tensor (the caller then takes the sparse path).
+pub fn fused_experts_plain(
+    x: Tensor<2>,
+    gate: Tensor<2>,
+    w: &[[Tensor<2>; 3]],
+    used: &[u16],
+    active: &[bool],
+) -> Option<Tensor<2>> {
+    let [t, d] = x.dims();
+    let k = gate.dims()[1];
+    let f = w.first()?[0].dims()[1];
+    let device = x.device();
+    let plain = |t: &Tensor<2>| t.clone().try_into_primitive::<Flex>().ok();
+    let ws = w
+        .iter()
+        .map(|ws| Some([plain(&ws[0])?, plain(&ws[1])?, plain(&ws[2])?]))
+        .collect::<Option<Vec<_>>>()?;
+    let (xp, gp) = (plain(&x)?, plain(&gate)?);
+    let g = Arc::new(Groups::new(used, active, w.len(), k));
+    let xg = gather_rows(&xp, &g, d);
+    let (out, _) = forward_host(xg, host(&gp).into_owned(), ws, g, d, f);
+    PLAIN.fetch_add(1, Ordering::Relaxed);
+    Some(crate::tensors::floats(out, [t, d], &device))
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! MoE feed-forward: router (softmax, or sigmoid with a selection bias) → native top-k → gates →
-//! sparse dispatch to SwiGLU experts.
+//! sparse dispatch to SwiGLU experts (on the CPU backend through the fused expert node of
+//! [`super::fused`], bitwise the same numbers).
 //!
 //! The router always computes its native top-k (for the trace and for drift), even when the
 //! experts to run are forced (Routing Replay). Forced or not, the gates are the live router
@@ -326,13 +327,19 @@ fn dispatch(
         gates = gates.clone() / gates.sum_dim(1);
     }
     #[cfg(feature = "flex")]
-    if super::fused::fused() && x.is_autodiff() && crate::tensors::is_host(&device) {
+    if super::fused::fused() && crate::tensors::is_host(&device) {
         let ws: Vec<[Tensor<2>; 3]> = w
             .experts
             .iter()
             .map(|e| [e.w1.clone(), e.w3.clone(), e.w2.clone()])
             .collect();
-        if let Some(y) = super::fused::fused_experts(x.clone(), gates.clone(), &ws, used, active) {
+        let (x, g) = (x.clone(), gates.clone());
+        let y = if x.is_autodiff() {
+            super::fused::fused_experts(x, g, &ws, used, active)
+        } else {
+            super::fused::fused_experts_plain(x, g, &ws, used, active)
+        };
+        if let Some(y) = y {
             return y;
         }
     }
