@@ -15,7 +15,7 @@
 //! Each gate's gradient is summed by the backend's own row reduction, one expert's rows at a
 //! time, as the sparse path's broadcast product reduces it, and the routed rows are gathered by
 //! a node of their own whose backward adds the input's gradient in the sparse path's order
-//! (see [`GatherBackward`]). So the output and the gradients of the input, the gates (hence the
+//! (see `fused_gather.rs`). So the output and the gradients of the input, the gates (hence the
 //! router) and every expert matrix are bitwise the sparse path's, and every number of a run is
 //! the same with the node on or off (tested on whole models in `tests/model.rs`).
 //!
@@ -24,6 +24,7 @@
 //! On by default ([`set_fused`]); other devices, the forward without a graph (rollouts),
 //! gradient checkpointing and expert counts without an arity below keep the sparse path.
 
+use super::fused_gather::{gather, gather_rows};
 use super::host_mm::{View, gemm_into, host};
 use crate::fastmath::{silu_mul, silu_mul_consts};
 use burn::backend::autodiff::Autodiff;
@@ -81,11 +82,11 @@ type Ad = Autodiff<Flex, NoCheckpointing>;
 /// The routed (token, slot) pairs grouped by expert: rows `start[e]..start[e + 1]`.
 #[derive(Debug)]
 pub struct Groups {
-    t: usize,
-    k: usize,
-    tok: Vec<usize>,
-    slot: Vec<usize>,
-    start: Vec<usize>,
+    pub(super) t: usize,
+    pub(super) k: usize,
+    pub(super) tok: Vec<usize>,
+    pub(super) slot: Vec<usize>,
+    pub(super) start: Vec<usize>,
 }
 
 impl Groups {
@@ -121,7 +122,7 @@ impl Groups {
         }
     }
 
-    fn experts(&self) -> usize {
+    pub(super) fn experts(&self) -> usize {
         self.start.len() - 1
     }
 }
@@ -344,106 +345,6 @@ impl<const N: usize> Backward<Flex, N> for FusedBackward {
             grads.register::<Flex>(node.id, FlexTensor::from_data(TensorData::new(gr, shape)));
         }
     }
-}
-
-/// The gather of the routed rows, `x` `[t, d]` → `xg` `[n, d]` in the groups' order, as its own
-/// node so that the input's gradient is added up as the sparse path adds it, bit for bit.
-///
-/// In the sparse path every expert's `select` of `x` returns a zeroed `[t, d]` buffer with its
-/// rows' gradients in it, and burn adds it to what `x` already holds. The router's product sits
-/// at the same graph depth as those selects and burn's traversal reaches it first (through the
-/// gates), and the selects come last expert first (the concatenation's parents are popped from
-/// a stack). So each row's gradient is the router's, plus its experts' contributions from the
-/// highest expert id down. This node sits at that depth too, after the router's product, and
-/// adds the rows in that order into the gradient `x` holds, in place: no `[t, d]` buffer per
-/// expert. Only where `x` is a leaf that keeps its gradient (tests) is the held buffer shared;
-/// there each expert's rows are registered as the sparse path registers them.
-#[derive(Debug)]
-struct GatherBackward;
-
-#[derive(Clone, Debug)]
-struct GatherState {
-    g: Arc<Groups>,
-    d: usize,
-}
-
-impl Backward<Flex, 1> for GatherBackward {
-    type State = GatherState;
-
-    fn backward(self, ops: Ops<GatherState, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let dxg = grads.consume::<Flex>(&ops.node);
-        let [Some(parent)] = &ops.parents else {
-            return;
-        };
-        let (g, d) = (&*ops.state.g, ops.state.d);
-        let dxg = host(&dxg);
-        let add_rows = |dx: &mut [f32], e: usize| {
-            for r in g.start[e]..g.start[e + 1] {
-                let tok = g.tok[r];
-                for (o, &v) in dx[tok * d..(tok + 1) * d]
-                    .iter_mut()
-                    .zip(&dxg[r * d..(r + 1) * d])
-                {
-                    *o += v;
-                }
-            }
-        };
-        let experts = (0..g.experts())
-            .rev()
-            .filter(|&e| g.start[e] < g.start[e + 1]);
-        // This node's own requirement is "needed in backward"; a parent with the same one is
-        // an intermediate whose held gradient `consume` hands over (a leaf's stays held).
-        if parent.requirement == ops.node.requirement {
-            let mut held = grads.consume::<Flex>(parent);
-            if held.layout().contiguous_offsets().is_none() {
-                held = held.to_contiguous();
-            }
-            let (a, b) = held
-                .layout()
-                .contiguous_offsets()
-                .expect("a contiguous gradient");
-            // Copied first only if something else still shares the buffer.
-            let dx = &mut held.storage_mut::<f32>()[a..b];
-            experts.for_each(|e| add_rows(dx, e));
-            grads.register::<Flex>(parent.id, held);
-        } else {
-            for e in experts {
-                let mut dx = vec![0.0; g.t * d];
-                add_rows(&mut dx, e);
-                let dx = FlexTensor::from_data(TensorData::new(dx, [g.t, d]));
-                grads.register::<Flex>(parent.id, dx);
-            }
-        }
-    }
-}
-
-/// The rows of `x` `[t, d]` in the groups' order, `[n, d]`.
-fn gather_rows(x: &FlexTensor, g: &Groups, d: usize) -> FlexTensor {
-    let xh = host(x);
-    let n = g.tok.len();
-    let mut xg = vec![0.0; n * d];
-    for (r, &tok) in g.tok.iter().enumerate() {
-        xg[r * d..(r + 1) * d].copy_from_slice(&xh[tok * d..(tok + 1) * d]);
-    }
-    FlexTensor::from_data(TensorData::new(xg, [n, d]))
-}
-
-/// `x`'s routed rows through the gather node; `None` when `x` is not an autodiff flex tensor.
-fn gather(x: Tensor<2>, g: &Arc<Groups>) -> Option<Tensor<2>> {
-    let d = x.dims()[1];
-    let p = x.try_into_primitive::<Ad>().ok()?;
-    let guard = p.node();
-    let out = gather_rows(&p.into_primitive(), g, d);
-    let state = GatherState { g: g.clone(), d };
-    let y = match GatherBackward
-        .prepare::<NoCheckpointing>([guard])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => prep.finish(state, out),
-        OpsKind::UnTracked(prep) => prep.finish(out),
-    };
-    Some(Tensor::from_primitive::<Ad>(y))
 }
 
 /// The fused layer over `N = 2 + 3·E` parents; `None` when a tensor is not an autodiff flex
