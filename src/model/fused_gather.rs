@@ -61,6 +61,8 @@ impl Backward<Flex, 1> for GatherBackward {
             .filter(|&e| g.start[e] < g.start[e + 1]);
         // This node's own requirement is "needed in backward"; a parent with the same one is
         // an intermediate whose held gradient `consume` hands over (a leaf's stays held).
+        // The router's product has registered its part before this node runs (same depth,
+        // earlier in the traversal), so there is a held gradient to take.
         if parent.requirement == ops.node.requirement {
             let mut held = grads.consume::<Flex>(parent);
             if held.layout().contiguous_offsets().is_none() {
