@@ -328,7 +328,7 @@ fn findings_do_not_depend_on_arm_names() {
     let renamed = out.with_extension("renamed");
     let map: Vec<(&str, &str)> = OTHER_NAMES.into_iter().zip(MOE_DRIFT_NAMES).collect();
     rename(&out, &renamed, &map);
-    let text = |d: &Path| findings(&load_frames(d).unwrap(), &RunInfo::load(d)).unwrap();
+    let text = |d: &Path| findings(&load_frames(d).unwrap(), &RunInfo::load(d).unwrap()).unwrap();
     let mut own = text(&out);
     for (from, into) in &map {
         own = own.replace(&format!("`{from}`"), &format!("`{into}`"));

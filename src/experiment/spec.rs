@@ -199,6 +199,13 @@ pub struct ExperimentSpec {
     /// experiment tests).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secondary: Vec<char>,
+    /// Declare "reversed" as an outcome of the primary endpoints: each is tested two-sided
+    /// (Holm over 2·min of its one-sided p-values, in the same family), and a significant
+    /// effect against the claim reads "reversed". Declared before the run, never added after
+    /// looking; without it the tests stay one-sided and an effect against the claim reads
+    /// "inconclusive".
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reversal: bool,
     /// The regimes are points on one axis of this name (each regime gives its `x`): the report
     /// then draws every arm's endpoints against it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -32,6 +32,8 @@ pub struct Regime {
     /// The claims the run declared, and those of them it describes without a test.
     pub claims: Vec<char>,
     pub secondary: Vec<char>,
+    /// The spec declared "reversed" as an outcome (two-sided primary tests).
+    pub reversal: bool,
     /// The regime's value on the sweep axis, in a sweep.
     pub x: Option<f64>,
     /// The regime it is compared against, and its place in the stability map.
@@ -56,6 +58,7 @@ pub fn regimes_of(f: &RunFrames, info: &RunInfo) -> Result<Vec<Regime>> {
             mismatch: regime_has_mismatch(info, r),
             claims: info.claims.clone(),
             secondary: info.secondary.clone(),
+            reversal: info.reversal,
             x: info.regime(r).and_then(|x| x.x),
             control: info.regime(r).and_then(|x| x.control.clone()),
             map: info.regime(r).and_then(|x| x.map.clone()),
@@ -90,7 +93,7 @@ pub fn endpoints(regs: &[Regime]) -> Result<Vec<Endpoint>> {
             e.primary = false;
         }
     }
-    evaluate(&mut eps);
+    evaluate(&mut eps, regs.first().is_some_and(|r| r.reversal));
     Ok(eps)
 }
 
@@ -178,8 +181,12 @@ pub fn estimate_text(e: &Endpoint) -> String {
 
 fn short(v: &Verdict) -> &'static str {
     match v {
-        Verdict::Holds => "holds",
+        Verdict::Holds {
+            below_margin: false,
+        } => "holds",
+        Verdict::Holds { below_margin: true } => "holds (below δ)",
         Verdict::DoesNotHold => "does not hold",
+        Verdict::Reversed => "reversed",
         Verdict::Inconclusive { .. } => "inconclusive",
         Verdict::Secondary => "–",
     }

@@ -63,7 +63,7 @@ pub fn distinct(v: impl IntoIterator<Item = String>) -> Vec<String> {
 /// in order of first appearance — then seed, step, minibatch and layer (those present), so
 /// that summaries and reports do not depend on the order in which parallel cells flushed.
 pub fn load_frames(dir: &Path) -> Result<RunFrames> {
-    load_frames_of(dir, &RunInfo::load(dir))
+    load_frames_of(dir, &RunInfo::load(dir)?)
 }
 
 /// [`load_frames`] with the run's `config.json` already read.

@@ -44,7 +44,7 @@ pub(crate) fn named<'a, T: Default>(v: &'a mut Vec<(String, T)>, name: &str) -> 
 /// Rebuild `summary.csv`, `summary.json`, `endpoints.json`, `plots/` and `report.md` in `dir`
 /// from its files.
 pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
-    let info = RunInfo::load(dir);
+    let info = RunInfo::load(dir)?;
     let f = load::load_frames_of(dir, &info).with_context(|| {
         format!(
             "{} does not hold a readable run (steps/updates/layers/events.parquet)",
@@ -56,6 +56,13 @@ pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
     let regs = findings::regimes_of(&f, &info)?;
     let eps = findings::endpoints(&regs)?;
     crate::io::write_json(&dir.join("endpoints.json"), &eps)?;
+    // Every figure is remade from the frames: clear the old ones first, so that a figure the
+    // report no longer makes does not linger beside the new ones.
+    let plot_dir = dir.join("plots");
+    if plot_dir.is_dir() {
+        std::fs::remove_dir_all(&plot_dir)
+            .with_context(|| format!("clearing {}", plot_dir.display()))?;
+    }
     let plots = markdown::PlotFolders {
         regimes: figures::make_plots(dir, &f, &eps)?,
         sweep: figures::sweep_plots(dir, &info, &regs, &eps)?,

@@ -135,6 +135,24 @@ pub fn sign_flip_p_greater(d: &[f64]) -> f64 {
     flip_share(d, |s, tol| s >= obs - tol)
 }
 
+/// One-sided exact sign test: the probability of at least `k` successes in `n` fair coin
+/// flips (1 when n = 0).
+pub fn sign_test_p_greater(k: usize, n: usize) -> f64 {
+    if k == 0 {
+        return 1.0;
+    }
+    // Exact binomial tail, summed in logs so that n up to thousands stays finite.
+    let ln_choose = |n: usize, i: usize| -> f64 {
+        (1..=i)
+            .map(|j| ((n + 1 - j) as f64).ln() - (j as f64).ln())
+            .sum()
+    };
+    (k..=n)
+        .map(|i| (ln_choose(n, i) - n as f64 * std::f64::consts::LN_2).exp())
+        .sum::<f64>()
+        .min(1.0)
+}
+
 /// The share of sign patterns of `d` whose signed sum `hit`s (exact up to 20 values, else
 /// seeded Monte Carlo); `hit` gets the sum and a rounding tolerance.
 fn flip_share(d: &[f64], hit: impl Fn(f64, f64) -> bool) -> f64 {

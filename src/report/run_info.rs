@@ -4,6 +4,7 @@
 use crate::experiment::{CellConfig, ExperimentSpec, RegimeSpec};
 use crate::model::FfnKind;
 use crate::rl::{Algorithm, AlgorithmKind, RlConfig, RoutingMode};
+use anyhow::{Context, Result};
 use serde_json::Value;
 use std::path::Path;
 
@@ -29,6 +30,8 @@ pub struct RunInfo {
     pub claims: Vec<char>,
     /// Declared claims described without a test (the spec's `secondary`).
     pub secondary: Vec<char>,
+    /// The spec declared "reversed" as an outcome of its primary endpoints (two-sided tests).
+    pub reversal: bool,
     /// The sweep axis (each regime's value on it is its `x`).
     pub sweep: Option<String>,
 }
@@ -40,6 +43,7 @@ impl Default for RunInfo {
             regimes: Vec::new(),
             claims: crate::experiment::DEFAULT_CLAIMS.to_vec(),
             secondary: Vec::new(),
+            reversal: false,
             sweep: None,
         }
     }
@@ -47,42 +51,62 @@ impl Default for RunInfo {
 
 impl RunInfo {
     /// Read `dir/config.json`. Runs written before cells were recorded there hold only the
-    /// spec; their cells are resolved from it (the same resolution the runner does).
-    pub fn load(dir: &Path) -> RunInfo {
-        let Some(v) = std::fs::read_to_string(dir.join("config.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-        else {
-            return RunInfo::default();
+    /// spec; their cells are resolved from it (the same resolution the runner does). A folder
+    /// without the file reads as the defaults; a file that is not valid JSON, or whose spec
+    /// does not parse, is an error naming the file (never silently the defaults).
+    pub fn load(dir: &Path) -> Result<RunInfo> {
+        let path = dir.join("config.json");
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(RunInfo::default()),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
         };
+        let v: Value = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "{} is not valid JSON (corrupt or truncated?)",
+                path.display()
+            )
+        })?;
         let mut spec_json = v["spec"].clone();
         // Documented but never read by any run; dropped from the spec since.
         if let Some(o) = spec_json.as_object_mut() {
             o.remove("target_reward");
         }
-        let spec: Option<ExperimentSpec> = serde_json::from_value(spec_json).ok();
-        let cells = serde_json::from_value::<Vec<CellConfig>>(
-            crate::experiment::cell_groups::cells_value(&v),
-        )
-        .ok()
-        .or_else(|| spec.as_ref().and_then(|s| s.resolve("").ok()))
-        .unwrap_or_default();
+        let spec: Option<ExperimentSpec> = if spec_json.is_null() {
+            None
+        } else {
+            Some(
+                serde_json::from_value(spec_json)
+                    .with_context(|| format!("the spec in {} does not parse", path.display()))?,
+            )
+        };
+        let cells = match v.get("cells").or_else(|| v.get("cell_groups")) {
+            Some(_) => serde_json::from_value::<Vec<CellConfig>>(
+                crate::experiment::cell_groups::cells_value(&v),
+            )
+            .with_context(|| format!("the cells in {} do not parse", path.display()))?,
+            None => match &spec {
+                Some(s) => s.resolve("")?,
+                None => Vec::new(),
+            },
+        };
         let Some(spec) = spec else {
-            return RunInfo {
+            return Ok(RunInfo {
                 cells,
                 ..RunInfo::default()
-            };
+            });
         };
-        RunInfo {
+        Ok(RunInfo {
             cells,
             claims: spec
                 .claims
                 .clone()
                 .unwrap_or_else(|| crate::experiment::DEFAULT_CLAIMS.to_vec()),
             secondary: spec.secondary,
+            reversal: spec.reversal,
             sweep: spec.sweep,
             regimes: spec.regimes,
-        }
+        })
     }
 
     /// The spec's regime of this name.
@@ -178,4 +202,28 @@ fn same_knobs(a: &RlConfig, b: &RlConfig) -> bool {
         ..r.clone()
     };
     strip(a) == strip(b)
+}
+
+#[cfg(test)]
+mod load_tests {
+    use super::RunInfo;
+
+    /// A corrupt or truncated `config.json` is an error naming the file, never the defaults;
+    /// a folder without one reads as the defaults.
+    #[test]
+    fn a_corrupt_config_json_is_an_error_naming_it() {
+        let dir = std::env::temp_dir().join(format!("driftlab-runinfo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(RunInfo::load(&dir).unwrap().cells.is_empty());
+        for bad in [
+            "{\"spec\": {\"name\": \"x\"",
+            "not json",
+            "{\"spec\": {\"name\": 3}}",
+        ] {
+            std::fs::write(dir.join("config.json"), bad).unwrap();
+            let e = format!("{:#}", RunInfo::load(&dir).unwrap_err());
+            assert!(e.contains("config.json"), "{bad}: {e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

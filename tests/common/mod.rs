@@ -103,6 +103,7 @@ pub fn tiny_experiment(
         regimes: vec![],
         claims: None,
         secondary: vec![],
+        reversal: false,
         sweep: None,
     }
 }

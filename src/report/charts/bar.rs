@@ -1,6 +1,6 @@
 //! Bar charts: one value per category with error bars and reference lines.
 
-use super::{Chart, Ctx, RefLine, axis_label, err, palette};
+use super::{Chart, LineCtx, REF_COLORS, RefLine, axis_label, err, log_label, palette, y_axis};
 use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -48,12 +48,12 @@ impl BarChart {
     }
 
     /// The paper's values as dashed lines across the `n` bars, with a legend.
-    fn draw_refs<DB: DrawingBackend>(&self, chart: &mut Ctx<'_, DB>, n: usize) -> Result<()>
+    fn draw_refs<DB: DrawingBackend>(&self, chart: &mut LineCtx<'_, DB>, n: usize) -> Result<()>
     where
         DB::ErrorType: 'static,
     {
         for (k, r) in self.refs.iter().enumerate() {
-            let c = [RGBColor(90, 90, 90), RGBColor(200, 60, 60)][k % 2];
+            let c = REF_COLORS[k % REF_COLORS.len()];
             chart
                 .draw_series(DashedLineSeries::new(
                     vec![(0.0, self.t(r.y)), (n as f64, self.t(r.y))],
@@ -72,7 +72,7 @@ impl BarChart {
 }
 
 impl Chart for BarChart {
-    fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> Result<()>
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
     where
         DB::ErrorType: 'static,
     {
@@ -85,13 +85,13 @@ impl Chart for BarChart {
             .margin(12)
             .x_label_area_size(60)
             .y_label_area_size(70)
-            .build_cartesian_2d(0f64..n as f64, lo..hi)
+            .build_cartesian_2d(0f64..n as f64, y_axis(lo, hi, self.log_y))
             .map_err(err)?;
         let names: Vec<String> = self.bars.iter().map(|b| b.0.clone()).collect();
         let log = self.log_y;
         let yfmt = move |v: &f64| {
             if log {
-                format!("{:.0e}", 10f64.powf(*v))
+                log_label(*v)
             } else {
                 format!("{v:.3}")
             }
@@ -158,7 +158,6 @@ impl Chart for BarChart {
                 .draw()
                 .map_err(err)?;
         }
-        root.present().map_err(err)?;
         Ok(())
     }
 }

@@ -33,7 +33,7 @@ fn c(v: f64) -> f64 {
 
 /// The colour of a tone.
 fn tone(t: usize) -> RGBColor {
-    palette([2, 3, 7, 0][t % 4])
+    palette([2, 3, 7, 0, 4][t % 5])
 }
 
 impl Forest {
@@ -105,7 +105,7 @@ impl Chart for Forest {
         (1200, 130 + 34 * self.rows.len().max(1) as u32)
     }
 
-    fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> Result<()>
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
     where
         DB::ErrorType: 'static,
     {
@@ -186,7 +186,6 @@ impl Chart for Forest {
             left.draw(&Text::new(l.clone(), (8, y), ("sans-serif", 13)))
                 .map_err(err)?;
         }
-        root.present().map_err(err)?;
         Ok(())
     }
 }

@@ -60,7 +60,7 @@ impl Chart for Heatmap {
         (1000, 50 + 230 * rows as u32)
     }
 
-    fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> Result<()>
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
     where
         DB::ErrorType: 'static,
     {
@@ -124,7 +124,6 @@ impl Chart for Heatmap {
             }
             chart.draw_series(cells).map_err(err)?;
         }
-        root.present().map_err(err)?;
         Ok(())
     }
 }

@@ -15,6 +15,8 @@ pub struct MapCell {
     pub hi: f64,
     /// The cell is a control (what the others are compared against): drawn grey, labelled.
     pub control: bool,
+    /// Seeds behind the cell (0: not given).
+    pub n: usize,
 }
 
 impl MapCell {
@@ -23,6 +25,7 @@ impl MapCell {
         lo: f64::NAN,
         hi: f64::NAN,
         control: false,
+        n: 0,
     };
 
     pub const CONTROL: MapCell = MapCell {
@@ -65,6 +68,9 @@ pub struct StabilityMap {
     pub panels: Vec<MapPanel>,
 }
 
+/// Width of the colour bar at the right of a map, in pixels.
+const COLOUR_BAR: u32 = 70;
+
 /// Red for negative, white at 0, blue for positive; `v` in [−1, 1].
 fn diverging(v: f64) -> RGBColor {
     let v = v.clamp(-1.0, 1.0);
@@ -106,11 +112,65 @@ impl StabilityMap {
         }
     }
 
-    fn text(&self, c: &MapCell) -> String {
+    /// A cell's two lines: its value (and mark), then its interval's half-width and seeds.
+    fn text(&self, c: &MapCell) -> (String, String) {
+        let n = if c.n > 0 {
+            format!("n {}", c.n)
+        } else {
+            String::new()
+        };
         match self.margin {
-            Some(d) => format!("{:+.3} {}", c.mean, c.mark(d)),
-            None => format!("{:.2}", c.mean),
+            Some(d) => {
+                let half = (c.hi - c.lo) / 2.0;
+                let second = if half.is_finite() {
+                    format!("±{half:.3} {n}")
+                } else {
+                    n
+                };
+                (format!("{:+.3} {}", c.mean, c.mark(d)), second)
+            }
+            None => (format!("{:.2}", c.mean), n),
         }
+    }
+
+    /// The colour bar at the right: the scale from its low end (bottom) to its high end.
+    fn draw_colour_bar<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        let (w, h) = area.dim_in_pixel();
+        let (top, bottom) = (40i32, h as i32 - 40);
+        let (x0, x1) = (10i32, 30i32.min(w as i32));
+        let (lo, hi) = match self.margin {
+            Some(_) => (-self.scale(), self.scale()),
+            None => (0.0, 1.0),
+        };
+        let steps = 60;
+        for i in 0..steps {
+            let f = (i as f64 + 0.5) / steps as f64;
+            let y = bottom - ((bottom - top) as f64 * (i + 1) as f64 / steps as f64) as i32;
+            let y1 = bottom - ((bottom - top) as f64 * i as f64 / steps as f64) as i32;
+            area.draw(&Rectangle::new(
+                [(x0, y), (x1, y1)],
+                self.color(lo + f * (hi - lo)).filled(),
+            ))
+            .map_err(err)?;
+        }
+        area.draw(&Rectangle::new([(x0, top), (x1, bottom)], BLACK))
+            .map_err(err)?;
+        let label = |v: f64| match self.margin {
+            Some(_) => format!("{v:+.2}"),
+            None => format!("{v:.1}"),
+        };
+        for (v, y) in [
+            (hi, top),
+            ((lo + hi) / 2.0, (top + bottom) / 2),
+            (lo, bottom),
+        ] {
+            area.draw(&Text::new(label(v), (x1 + 4, y - 6), ("sans-serif", 11)))
+                .map_err(err)?;
+        }
+        Ok(())
     }
 }
 
@@ -128,10 +188,10 @@ impl Chart for StabilityMap {
             .unwrap_or(0) as u32;
         let col = (longest * 13 / 2 + 16).max(100);
         let panel = 110 + col * self.cols.len().max(1) as u32;
-        ((2 * panel).max(1100), 60 + n.div_ceil(2) * h)
+        ((2 * panel).max(1100) + COLOUR_BAR, 60 + n.div_ceil(2) * h)
     }
 
-    fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> Result<()>
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
     where
         DB::ErrorType: 'static,
     {
@@ -139,12 +199,15 @@ impl Chart for StabilityMap {
         let s = self.scale();
         let title = match self.margin {
             Some(d) => format!(
-                "{} (colour ±{s:.2}; ▼ CI below −δ, = inside ±δ, ▲ above +δ; δ = {d})",
+                "{} (colour ±{s:.2}; unadjusted 95% CI per cell: ▼ below −δ, = inside ±δ, ▲ above +δ; δ = {d})",
                 self.title
             ),
             None => format!("{} (colour: 0 white, 1 red)", self.title),
         };
         let root = root.titled(&title, ("sans-serif", 15)).map_err(err)?;
+        let (w, _) = root.dim_in_pixel();
+        let (root, bar) = root.split_horizontally(w.saturating_sub(COLOUR_BAR));
+        self.draw_colour_bar(&bar)?;
         let n = self.panels.len().max(1);
         let grid = (n.div_ceil(2), if n > 1 { 2 } else { 1 });
         let (nr, nc) = (self.rows.len().max(1), self.cols.len().max(1));
@@ -186,23 +249,21 @@ impl Chart for StabilityMap {
                         )))
                         .map_err(err)?;
                     if cell.mean.is_finite() || cell.control {
-                        let text = if cell.control {
-                            "control".to_string()
+                        let (first, second) = if cell.control {
+                            ("control".to_string(), String::new())
                         } else {
                             self.text(cell)
                         };
                         chart
-                            .draw_series(std::iter::once(Text::new(
-                                text,
-                                (x + 0.12, y + 0.62),
-                                ("sans-serif", 12),
-                            )))
+                            .draw_series([
+                                Text::new(first, (x + 0.08, y + 0.78), ("sans-serif", 12)),
+                                Text::new(second, (x + 0.08, y + 0.38), ("sans-serif", 10)),
+                            ])
                             .map_err(err)?;
                     }
                 }
             }
         }
-        root.present().map_err(err)?;
         Ok(())
     }
 }
@@ -234,6 +295,7 @@ mod tests {
             lo,
             hi,
             control: false,
+            n: 6,
         };
         assert_eq!(c(-0.2, -0.06).mark(0.05), "▼");
         assert_eq!(c(0.06, 0.2).mark(0.05), "▲");

@@ -14,9 +14,11 @@ mod declare;
 mod paper;
 
 pub use declare::{RegimeData, declare};
-pub use paper::{CONTROL_METRICS, EXTREME_PSEUDO, control_endpoints, depth_endpoints};
+pub use paper::{CONTROL_METRICS, control_endpoints, depth_endpoints};
 
-use super::paired::{Paired, Scale, paired, seeds_needed, sign_flip_p_greater};
+use super::paired::{
+    Paired, Scale, paired, seeds_needed, sign_flip_p_greater, sign_test_p_greater,
+};
 use super::run_info::RunInfo;
 use super::summary::ArmSummary;
 use declare::{aligned, seeds_of};
@@ -53,13 +55,20 @@ pub enum Claimed {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Verdict {
-    Holds,
+    /// The claim holds; `below_margin`: the 95% interval still includes effects smaller
+    /// than δ (significant, but not shown to matter).
+    Holds { below_margin: bool },
     /// Does not hold: |d| < δ (TOST), or worse by more than δ for a non-inferiority claim.
     DoesNotHold,
-    /// Neither; `seeds` would resolve it at the observed effect (None when the estimate
-    /// points away from the claim).
+    /// Significant in the direction opposite to the claim, in the same Holm family; only
+    /// where the spec declared it (`reversal = true`).
+    Reversed,
+    /// Neither; `seeds` would resolve it toward "holds" at the observed effect (None when
+    /// the estimate points away from the claim), `seeds_equivalent` toward "does not hold"
+    /// (TOST, when the estimate lies inside ±δ).
     Inconclusive {
         seeds: Option<usize>,
+        seeds_equivalent: Option<usize>,
     },
     /// A secondary endpoint or a description: no verdict of its own.
     Secondary,
@@ -84,13 +93,21 @@ pub struct Endpoint {
     pub est: Option<Paired>,
     /// One-sided p of the claim (for `NotWorse`, of d > −δ).
     pub p: f64,
+    /// One-sided p of the opposite direction (d < 0 for `Greater`, d > 0 for `Less`).
+    pub p_against: f64,
+    /// Tested two-sided, with "reversed" as an outcome (the spec's `reversal`).
+    pub two_sided: bool,
     /// One-sided p of "does not hold": TOST max(p(d > −δ), p(d < δ)), or p(d < −δ).
     pub p_not: f64,
     pub p_holm: f64,
     pub p_not_holm: f64,
     pub verdict: Verdict,
-    /// Why an endpoint was not evaluated (identical arms, too few seeds).
+    /// Why an endpoint was not evaluated (identical arms, too few seeds), or what a reader
+    /// must know to read it (censored seeds).
     pub note: Option<String>,
+    /// Per seed of `est.diffs`: the value is only a lower bound (right-censored: the arm never
+    /// got there within the run). Empty when nothing is censored.
+    pub censored: Vec<bool>,
 }
 
 impl Endpoint {
@@ -109,11 +126,14 @@ impl Endpoint {
             primary: claimed != Claimed::Describe,
             est: None,
             p: f64::NAN,
+            p_against: f64::NAN,
+            two_sided: false,
             p_not: f64::NAN,
             p_holm: f64::NAN,
             p_not_holm: f64::NAN,
             verdict: Verdict::Secondary,
             note: None,
+            censored: Vec::new(),
         }
     }
 
@@ -171,12 +191,54 @@ impl Endpoint {
         }
         let d = &e.diffs;
         let shift = |s: f64, k: f64| d.iter().map(|x| s * x + k).collect::<Vec<f64>>();
-        self.p = sign_flip_p_greater(&self.toward_claim());
+        let toward = self.toward_claim();
+        self.p = sign_flip_p_greater(&toward);
+        if matches!(self.claimed, Claimed::Greater | Claimed::Less) {
+            self.p_against = sign_flip_p_greater(&toward.iter().map(|x| -x).collect::<Vec<_>>());
+        }
         self.p_not = match self.claimed {
             Claimed::NotWorse => sign_flip_p_greater(&shift(-1.0, -self.margin)),
             _ => sign_flip_p_greater(&shift(1.0, self.margin))
                 .max(sign_flip_p_greater(&shift(-1.0, self.margin))),
         };
+        if self.censored.iter().any(|&c| c) {
+            self.test_censored();
+        }
+    }
+
+    /// The tests when some seeds' values are lower bounds (the true value is at least the
+    /// recorded one), so that no test treats a bound as an observation in the direction it
+    /// cannot vouch for:
+    /// - a claimed decrease (`Less`) is tested by an exact sign test of who got there first:
+    ///   a seed supports the claim only when its value is observed and below 0; a censored
+    ///   seed counts against the claim (a bound at or below 0 is undetermined, counted
+    ///   against: conservative); exact zeros drop out;
+    /// - the opposite direction (d > 0) keeps the sign-flip test on the bounds, which can only
+    ///   understate an increase (conservative);
+    /// - equivalence cannot be shown: the mean is unbounded above, so p(d < δ) = 1.
+    fn test_censored(&mut self) {
+        let Some(e) = &self.est else { return };
+        if e.diffs.len() != self.censored.len() {
+            return;
+        }
+        if self.claimed == Claimed::Less {
+            let (mut k, mut n) = (0, 0);
+            for (&d, &cens) in e.diffs.iter().zip(&self.censored) {
+                if cens || d != 0.0 {
+                    n += 1;
+                    k += usize::from(!cens && d < 0.0);
+                }
+            }
+            self.p = sign_test_p_greater(k, n);
+        }
+        if self.claimed != Claimed::NotWorse {
+            self.p_not = 1.0;
+        }
+    }
+
+    /// Seeds whose value is a lower bound.
+    fn n_censored(&self) -> usize {
+        self.censored.iter().filter(|&&c| c).count()
     }
 
     /// Seeds at which the claim's one-sided test at level `alpha` has [`POWER`] against the
@@ -201,17 +263,74 @@ impl Endpoint {
     }
 }
 
+impl Endpoint {
+    /// Seeds at which TOST at level `alpha` (each one-sided test) has [`POWER`] to show
+    /// |d| < δ, if the true effect were the observed one (t approximation, floor as
+    /// [`Endpoint::seeds_to_resolve`]). None when the estimate lies outside ±δ, or for a
+    /// non-inferiority claim (whose "does not hold" is "worse by more than δ").
+    fn seeds_to_equivalence(&self, alpha: f64) -> Option<usize> {
+        let e = self.est.as_ref()?;
+        if e.n < 2
+            || self.n_censored() > 0
+            || matches!(self.claimed, Claimed::NotWorse | Claimed::Describe)
+        {
+            return None;
+        }
+        let m = e.mean.abs();
+        let n = e.diffs.len() as f64;
+        let sd = (e.diffs.iter().map(|x| (x - e.mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+        if m >= self.margin || m.is_nan() || !sd.is_finite() {
+            return None;
+        }
+        let floor = (1.0 / alpha).log2().ceil() as usize;
+        let dz = if sd > 0.0 {
+            (self.margin - m) / sd
+        } else {
+            f64::INFINITY
+        };
+        // Both one-sided tests must pass: power 1 − (1 − POWER)/2 each (Bonferroni bound).
+        let by_t = if dz.is_finite() {
+            seeds_needed(dz, 2.0 * alpha, 1.0 - (1.0 - POWER) / 2.0)?
+        } else {
+            0
+        };
+        Some(by_t.max(floor))
+    }
+
+    /// The 95% interval in the claimed direction includes effects smaller than δ.
+    fn below_margin(&self) -> bool {
+        let Some(e) = &self.est else { return false };
+        match self.claimed {
+            Claimed::Greater => e.t_ci.0 < self.margin || e.t_ci.0.is_nan(),
+            Claimed::Less => e.t_ci.1 > -self.margin || e.t_ci.1.is_nan(),
+            Claimed::NotWorse | Claimed::Describe => false,
+        }
+    }
+}
+
 /// Test every endpoint, adjust the primary ones with Holm (claims and negations as two
 /// families), and give each its verdict.
-pub fn evaluate(eps: &mut [Endpoint]) {
+///
+/// With `reversal` (declared in the spec) each primary endpoint with a direction is tested
+/// two-sided: its p is 2·min(p, p_against), Holm adjusts those in one family, and the sign of
+/// the estimate decides between "holds" and "reversed".
+pub fn evaluate(eps: &mut [Endpoint], reversal: bool) {
     for e in eps.iter_mut() {
         e.test();
+        e.two_sided = reversal && e.p_against.is_finite();
     }
     let prim: Vec<usize> = (0..eps.len())
         .filter(|&i| eps[i].primary && eps[i].p.is_finite())
         .collect();
     let m = prim.len().max(1);
-    let adj = super::paired::holm(&prim.iter().map(|&i| eps[i].p).collect::<Vec<_>>());
+    let p_family = |e: &Endpoint| {
+        if e.two_sided {
+            (2.0 * e.p.min(e.p_against)).min(1.0)
+        } else {
+            e.p
+        }
+    };
+    let adj = super::paired::holm(&prim.iter().map(|&i| p_family(&eps[i])).collect::<Vec<_>>());
     let adj_not = super::paired::holm(&prim.iter().map(|&i| eps[i].p_not).collect::<Vec<_>>());
     for (k, &i) in prim.iter().enumerate() {
         eps[i].p_holm = adj[k];
@@ -219,29 +338,59 @@ pub fn evaluate(eps: &mut [Endpoint]) {
     }
     let alpha = ALPHA / m as f64;
     for e in eps.iter_mut() {
+        let against = e.two_sided && e.p_against < e.p;
         e.verdict = if !e.primary {
             Verdict::Secondary
+        } else if e.p_holm < ALPHA && against {
+            Verdict::Reversed
         } else if e.p_holm < ALPHA {
-            Verdict::Holds
+            Verdict::Holds {
+                below_margin: e.below_margin(),
+            }
         } else if e.p_not_holm < ALPHA {
             Verdict::DoesNotHold
         } else {
+            let enough = e.est.as_ref().is_some_and(|x| x.n >= 2);
+            // Two-sided tests spend α over both directions.
+            let a = if e.two_sided { alpha / 2.0 } else { alpha };
             Verdict::Inconclusive {
-                seeds: e
-                    .est
-                    .as_ref()
-                    .filter(|x| x.n >= 2)
-                    .and_then(|_| e.seeds_to_resolve(alpha)),
+                seeds: enough.then(|| e.seeds_to_resolve(a)).flatten(),
+                seeds_equivalent: enough.then(|| e.seeds_to_equivalence(alpha)).flatten(),
             }
         };
     }
 }
 
-/// The verdict in words.
+/// The verdict in words, followed by the endpoint's note when it has one.
 pub fn verdict_text(e: &Endpoint) -> String {
     let n = e.est.as_ref().map_or(0, |x| x.n);
-    match &e.verdict {
-        Verdict::Holds => format!("**holds** (p_Holm = {})", p_text(e.p_holm)),
+    let sided = if e.two_sided { ", two-sided" } else { "" };
+    let resolve = |k: Option<usize>, k_eq: Option<usize>| {
+        let mut ways = Vec::new();
+        if let Some(k) = k {
+            ways.push(format!("≈{k} toward \"holds\""));
+        }
+        if let Some(k) = k_eq {
+            ways.push(format!("≈{k} toward \"does not hold\" (equivalence)"));
+        }
+        ways.join(", ")
+    };
+    let text = match &e.verdict {
+        Verdict::Holds { below_margin } => {
+            let base = format!("**holds** (p_Holm = {}{sided})", p_text(e.p_holm));
+            if *below_margin {
+                format!(
+                    "{base}, below δ: the interval includes effects smaller than δ = {}",
+                    num(e.margin)
+                )
+            } else {
+                base
+            }
+        }
+        Verdict::Reversed => format!(
+            "**reversed**: significant against the claim (p_Holm = {}{sided})",
+            p_text(e.p_holm)
+        ),
         Verdict::DoesNotHold => match e.claimed {
             Claimed::NotWorse => format!(
                 "**does not hold**: worse by more than δ = {} (p_Holm = {})",
@@ -255,19 +404,44 @@ pub fn verdict_text(e: &Endpoint) -> String {
             ),
         },
         Verdict::Inconclusive { .. } if n < 2 => format!("inconclusive at {n} seeds"),
-        Verdict::Inconclusive { seeds: Some(k) } => {
-            format!("inconclusive at {n} seeds (≈{k} would resolve it at the observed effect)")
-        }
-        Verdict::Inconclusive { seeds: None } => {
-            format!("inconclusive at {n} seeds (the estimate points away from the claim)")
-        }
-        Verdict::Secondary => e.note.clone().unwrap_or_else(|| {
-            if e.claimed == Claimed::Describe {
-                "measured (no test)".into()
+        Verdict::Inconclusive {
+            seeds,
+            seeds_equivalent,
+        } => {
+            let ways = resolve(*seeds, *seeds_equivalent);
+            let away = seeds.is_none()
+                && e.est.as_ref().is_some_and(|x| x.n >= 2)
+                && matches!(e.claimed, Claimed::Greater | Claimed::Less);
+            let against = if away && !e.two_sided && e.p_against < ALPHA {
+                format!(
+                    "; the estimate points away from the claim (one-sided p against = {}, \
+                     not a declared outcome of this spec)",
+                    p_text(e.p_against)
+                )
+            } else if away {
+                "; the estimate points away from the claim".into()
             } else {
-                format!("secondary (p = {}, not adjusted)", p_text(e.p))
+                String::new()
+            };
+            if ways.is_empty() {
+                format!("inconclusive at {n} seeds{against}")
+            } else {
+                format!("inconclusive at {n} seeds ({ways} at the observed effect){against}")
             }
-        }),
+        }
+        Verdict::Secondary => {
+            return e.note.clone().unwrap_or_else(|| {
+                if e.claimed == Claimed::Describe {
+                    "measured (no test)".into()
+                } else {
+                    format!("secondary (p = {}, not adjusted)", p_text(e.p))
+                }
+            });
+        }
+    };
+    match &e.note {
+        Some(note) => format!("{text}; {note}"),
+        None => text,
     }
 }
 
@@ -299,70 +473,4 @@ pub fn regime_has_mismatch(info: &RunInfo, regime: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::report::paired::paired;
-
-    fn ep(claimed: Claimed, diffs: &[f64]) -> Endpoint {
-        let mut e = Endpoint::new('x', "r", "x".into(), Scale::Difference, claimed);
-        let zeros = vec![0.0; diffs.len()];
-        e.est = paired(&zeros, diffs, Scale::Difference);
-        e
-    }
-
-    #[test]
-    fn verdicts_follow_the_adjusted_tests() {
-        // Ten seeds all in the claimed direction: p = 1/1024; with two primaries Holm gives
-        // 2/1024 < 0.05.
-        let up: Vec<f64> = (1..=10).map(|i| 0.1 + 0.01 * i as f64).collect();
-        // Ten tiny differences of both signs: equivalent within ±0.05.
-        let flat: Vec<f64> = (0..10)
-            .map(|i| if i % 2 == 0 { 0.001 } else { -0.001 })
-            .collect();
-        let mut eps = vec![ep(Claimed::Greater, &up), ep(Claimed::Greater, &flat)];
-        evaluate(&mut eps);
-        assert_eq!(eps[0].verdict, Verdict::Holds);
-        assert!((eps[0].p - 1.0 / 1024.0).abs() < 1e-15);
-        assert!((eps[0].p_holm - 2.0 / 1024.0).abs() < 1e-15);
-        assert_eq!(eps[1].verdict, Verdict::DoesNotHold);
-        // Three seeds can never hold: 1/8 > 0.05.
-        let mut few = vec![ep(Claimed::Greater, &up[..3])];
-        evaluate(&mut few);
-        assert!(matches!(few[0].verdict, Verdict::Inconclusive { seeds: Some(k) } if k >= 5));
-        // Against the claim: no seed count would resolve it.
-        let down: Vec<f64> = up.iter().map(|x| -x).collect();
-        let mut against = vec![ep(Claimed::Greater, &down)];
-        evaluate(&mut against);
-        assert_eq!(against[0].verdict, Verdict::Inconclusive { seeds: None });
-    }
-
-    #[test]
-    fn non_inferiority_and_less_use_their_own_direction() {
-        // Slightly negative, far inside −δ: not worse.
-        let small: Vec<f64> = (0..10).map(|i| -0.01 + 0.001 * i as f64).collect();
-        let mut eps = vec![ep(Claimed::NotWorse, &small)];
-        evaluate(&mut eps);
-        assert_eq!(eps[0].verdict, Verdict::Holds);
-        // Much worse than −δ: does not hold.
-        let worse: Vec<f64> = (0..10).map(|i| -0.2 - 0.001 * i as f64).collect();
-        let mut eps = vec![ep(Claimed::NotWorse, &worse)];
-        evaluate(&mut eps);
-        assert_eq!(eps[0].verdict, Verdict::DoesNotHold);
-        let mut eps = vec![ep(Claimed::Less, &worse)];
-        evaluate(&mut eps);
-        assert_eq!(eps[0].verdict, Verdict::Holds);
-    }
-
-    #[test]
-    fn secondary_endpoints_do_not_count_toward_m() {
-        let up: Vec<f64> = (1..=10).map(|i| 0.1 + 0.01 * i as f64).collect();
-        let mut eps = vec![
-            ep(Claimed::Greater, &up),
-            ep(Claimed::Greater, &up).secondary(),
-        ];
-        evaluate(&mut eps);
-        assert!((eps[0].p_holm - 1.0 / 1024.0).abs() < 1e-15, "m = 1");
-        assert_eq!(eps[1].verdict, Verdict::Secondary);
-        assert!(eps[1].p_holm.is_nan());
-    }
-}
+mod tests;

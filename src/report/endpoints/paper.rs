@@ -8,50 +8,86 @@ use crate::report::summary::ArmSummary;
 use crate::rl::RoutingMode;
 use std::collections::BTreeMap;
 
-/// Pseudo-count added to both shares of (g) before their log-ratio: about one token of a
-/// cell (50 steps × 128 responses × ~12 tokens ≈ 77,000 tokens), so a cell where no token
-/// exceeds the bound counts as "below one token" instead of dropping out.
-pub const EXTREME_PSEUDO: f64 = 1e-5;
+/// The smallest difference in the share of tokens beyond ratio 2 that matters: about one token
+/// of a cell (50 steps × 128 responses × ~12 tokens ≈ 77,000 tokens). This is the resolution
+/// that an earlier version of (g) declared as its pseudo-count.
+pub const EXTREME_MARGIN: f64 = 1e-5;
 
 /// (g) the share of tokens whose engine/trainer probability ratio is beyond 2 either way:
-/// MoE above dense, R3 below native (R3 paper: ~10× each), on ln(b + ε) − ln(a + ε).
+/// MoE above dense, R3 below native (R3 paper: ~10× each). An arm often has no such token at
+/// all in a cell, so a ratio of shares is undefined there, and a pseudo-count would set its
+/// value. The shares are therefore compared as a paired difference, b − a, with
+/// δ = [`EXTREME_MARGIN`]. The number of seeds with any such token (1 or 0 per seed, b − a) is
+/// described beside it.
 pub(super) fn extreme_share(r: &RegimeData, out: &mut Vec<Endpoint>) {
     if !r.mismatch {
         return;
     }
     let (a, g) = (r.arms, r.arms.grpo(RoutingMode::Native));
-    let shifted = |x: &ArmSummary| -> BTreeMap<i64, f64> {
+    let any = |x: &ArmSummary| -> BTreeMap<i64, f64> {
         seeds_of(x, "mismatch_extreme_frac")
             .into_iter()
-            .map(|(s, v)| (s, v + EXTREME_PSEUDO))
+            .map(|(s, v)| {
+                (
+                    s,
+                    if v > 0.0 {
+                        1.0
+                    } else if v == 0.0 {
+                        0.0
+                    } else {
+                        f64::NAN
+                    },
+                )
+            })
             .collect()
     };
-    let what = |b: &ArmSummary, a: &ArmSummary, tag: &str| {
-        format!(
-            "share of tokens with engine/trainer ratio beyond 2, ln(({} + ε) / ({} + ε)){tag}",
-            name(b),
-            name(a)
+    let pair = |lo: &ArmSummary, hi: &ArmSummary, claimed: Claimed, tag: &str, paper: &str| {
+        let mut share = Endpoint::new(
+            'g',
+            r.name,
+            format!(
+                "share of tokens with engine/trainer ratio beyond 2, {} − {}{tag}",
+                name(hi),
+                name(lo)
+            ),
+            Scale::Difference,
+            claimed,
         )
+        .margin(EXTREME_MARGIN)
+        .maps(
+            &seeds_of(lo, "mismatch_extreme_frac"),
+            &seeds_of(hi, "mismatch_extreme_frac"),
+        );
+        share.note = Some(format!(
+            "{paper}, as a ratio; compared here as a difference"
+        ));
+        let seeds = Endpoint::new(
+            'g',
+            r.name,
+            format!(
+                "seeds with any token whose engine/trainer ratio is beyond 2, {} − {}{tag}",
+                name(hi),
+                name(lo)
+            ),
+            Scale::Difference,
+            claimed,
+        )
+        .margin(0.5)
+        .secondary()
+        .maps(&any(lo), &any(hi));
+        [share, seeds]
     };
     if let (Some(d), Some(g)) = (a.dense(), g) {
-        out.push(
-            Endpoint::new(
-                'g',
-                r.name,
-                what(g, d, " (MoE / dense)"),
-                Scale::LogRatio,
-                Claimed::Greater,
-            )
-            .reference(10f64.ln(), "R3 paper: ~10× higher for MoE")
-            .maps(&shifted(d), &shifted(g)),
-        );
+        out.extend(pair(
+            d,
+            g,
+            Claimed::Greater,
+            " (MoE − dense)",
+            "R3 paper: ~10× higher for MoE",
+        ));
     }
     if let (Some(g), Some(r3)) = (g, a.grpo(RoutingMode::R3)) {
-        out.push(
-            Endpoint::new('g', r.name, what(r3, g, ""), Scale::LogRatio, Claimed::Less)
-                .reference(0.1f64.ln(), "R3 paper: R3 cuts it ~10×")
-                .maps(&shifted(g), &shifted(r3)),
-        );
+        out.extend(pair(g, r3, Claimed::Less, "", "R3 paper: R3 cuts it ~10×"));
     }
 }
 
@@ -79,8 +115,9 @@ pub(super) fn tis_reward(r: &RegimeData, out: &mut Vec<Endpoint>) {
 
 /// (j) GSPO reaches GRPO + R2's reward with less compute (GSPO Fig. 1: ~60%): per seed,
 /// ln(response tokens GSPO trained until its reward EMA reached 90% of R2's gain / the
-/// tokens R2 needed); a seed where GSPO never got there counts its whole compute (a lower
-/// bound, so against the claim). GRPO without replay the same way, described.
+/// tokens R2 needed); a seed where GSPO never got there is right-censored: its whole compute
+/// is a lower bound, and the tests treat it so ([`Endpoint::test`]). GRPO without replay the
+/// same way, described.
 pub(super) fn compute_to_reach(r: &RegimeData, out: &mut Vec<Endpoint>) {
     use crate::report::compute::{curves, log_ratios};
     let Some(r2) = r.arms.grpo(RoutingMode::R2) else {
@@ -117,8 +154,19 @@ pub(super) fn compute_to_reach(r: &RegimeData, out: &mut Vec<Endpoint>) {
             e = e.reference(0.6f64.ln(), "GSPO paper: ~60% of the compute");
         }
         if !censored.is_empty() {
+            // `maps` pairs the seeds of `v` in seed order, all finite.
+            e.censored = v.keys().map(|s| censored.contains(s)).collect();
+            let how = if claimed == Claimed::Describe {
+                ""
+            } else {
+                "; the claim is tested by a sign test of who reached first (censored seeds count \
+                 against it), and equivalence cannot be shown"
+            };
             e.note = Some(format!(
-                "{} never reached it in seeds {censored:?}: its whole compute counted (a lower bound)",
+                "{} of {} seeds censored: {} never reached the target in seeds {censored:?}, whose \
+                 value is its whole compute (a lower bound){how}",
+                censored.len(),
+                v.len(),
                 name(a)
             ));
         }
@@ -228,9 +276,7 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_beyond_two_share_is_compared_with_a_pseudo_count_of_one_token() {
-        let x = "mismatch_extreme_frac";
+    fn arms_and_frames(x: &str) -> (Arms, RunFrames) {
         // MoE 1e-4 and 3e-5 in two seeds; dense none beyond 2 at all; R3 none either.
         let arms = Arms {
             arms: vec![
@@ -255,6 +301,15 @@ mod tests {
             lengths: DataFrame::empty(),
             events: DataFrame::empty(),
         };
+        (arms, empty)
+    }
+
+    /// No pseudo-count: the shares are compared as a difference, the seeds with any such token
+    /// (1 or 0 per seed) beside it, and neither depends on an ε.
+    #[test]
+    fn the_beyond_two_share_is_compared_by_difference_and_seeds_with_any() {
+        let x = "mismatch_extreme_frac";
+        let (arms, empty) = arms_and_frames(x);
         let mut r = RegimeData {
             name: "bf16",
             arms: &arms,
@@ -265,17 +320,22 @@ mod tests {
         };
         let mut out = Vec::new();
         extreme_share(&r, &mut out);
-        assert_eq!(out.len(), 2);
-        let e = EXTREME_PSEUDO;
-        let want = [((1e-4 + e) / e).ln(), ((3e-5 + e) / e).ln()];
-        // MoE over dense: ln((x + ε) / ε) per seed; R3 over native: the negatives.
+        assert_eq!(out.len(), 4);
         let diffs = |k: usize| out[k].est.as_ref().unwrap().diffs.clone();
-        for ((up, down), w) in diffs(0).iter().zip(diffs(1)).zip(want) {
-            assert!((up - w).abs() < 1e-12, "{up} vs {w}");
-            assert!((down + w).abs() < 1e-12, "{down} vs −{w}");
-        }
-        assert_eq!(out[0].claimed, Claimed::Greater);
-        assert_eq!(out[1].claimed, Claimed::Less);
+        // MoE − dense: the share difference (primary, δ one token of a cell), then the seeds
+        // with any such token (secondary): both seeds in MoE, none in dense.
+        assert_eq!(diffs(0), vec![1e-4, 3e-5]);
+        assert_eq!(
+            (out[0].claimed, out[0].margin),
+            (Claimed::Greater, EXTREME_MARGIN)
+        );
+        assert!(out[0].primary);
+        assert_eq!(diffs(1), vec![1.0, 1.0]);
+        assert!(!out[1].primary);
+        // R3 − native: the negatives.
+        assert_eq!(diffs(2), vec![-1e-4, -3e-5]);
+        assert_eq!(out[2].claimed, Claimed::Less);
+        assert_eq!(diffs(3), vec![-1.0, -1.0]);
         // Without a mismatch there is nothing to compare; an undeclared claim makes nothing.
         r.mismatch = false;
         let mut none = Vec::new();
@@ -284,5 +344,40 @@ mod tests {
         r.mismatch = true;
         r.claims = &['a'];
         assert!(declare(&r).unwrap().iter().all(|e| e.claim == 'a'));
+    }
+
+    /// Arms that ran bitwise-identical trajectories are compared, but outside Holm's family:
+    /// a difference that is 0 by construction is no evidence.
+    #[test]
+    fn identical_arms_are_out_of_holms_family() {
+        let x = "final_reward";
+        let (arms, empty) = arms_and_frames(x);
+        let same = vec![vec!["grpo".to_string(), "grpo_r3".to_string()]];
+        let r = RegimeData {
+            name: "n1",
+            arms: &arms,
+            frames: &empty,
+            same: &same,
+            mismatch: false,
+            claims: &['b'],
+        };
+        let g = &arms.arms[0].0;
+        let r3 = &arms.arms[1].0;
+        let mut eps = vec![
+            reward_gain('b', &r, g, r3, Claimed::Greater),
+            reward_gain('b', &r, &arms.arms[2].0, g, Claimed::Greater),
+        ];
+        assert!(!eps[0].primary);
+        assert!(
+            eps[0]
+                .note
+                .as_deref()
+                .unwrap()
+                .contains("bitwise-identical")
+        );
+        assert!(eps[1].primary);
+        crate::report::endpoints::evaluate(&mut eps, false);
+        assert_eq!(eps[0].verdict, crate::report::endpoints::Verdict::Secondary);
+        assert!(eps[0].p_holm.is_nan());
     }
 }

@@ -88,6 +88,8 @@ pub(super) fn mean_band(name: &str, seeds: &BTreeMap<i64, Vec<(f64, f64)>>) -> S
         name: name.into(),
         points: Vec::new(),
         band: Vec::new(),
+        dashed: false,
+        color: None,
     };
     for (x, v) in at {
         let m = mean_ci(&v);
@@ -127,6 +129,7 @@ pub(super) fn line(
         markers: vec![],
         refs: vec![],
         scatter: false,
+        categorical_x: false,
     }
 }
 
@@ -212,7 +215,7 @@ fn clip_bars(f: &RunFrames) -> Result<BarChart> {
     let log = spans_decades(bars.iter().map(|b| b.1).chain([0.15, 0.0013]));
     Ok(BarChart {
         title: "Clipped-token fraction per update (95% CI over seeds)".into(),
-        y_label: "clip_frac_tok".into(),
+        y_label: "share of tokens clipped".into(),
         bars,
         log_y: log,
         refs,
@@ -237,10 +240,11 @@ fn clip_by_minibatch(f: &RunFrames, multi: bool) -> Result<LineChart> {
     let mut chart = line(
         "Clipped-token fraction by minibatch index within a step (95% band over seeds)",
         "minibatch index (0: the first update after the rollout, on-policy; zeros are not drawn on a log axis)",
-        "clip_frac_tok",
+        "share of tokens clipped",
         series,
         log,
     );
+    chart.categorical_x = true;
     chart.refs = vec![
         reference(0.15, "GSPO paper: GSPO 0.15"),
         reference(0.0013, "GSPO paper: GRPO 0.0013"),
@@ -272,6 +276,8 @@ fn reward_vs_compute(f: &RunFrames) -> Result<LineChart> {
                 name,
                 points: Vec::new(),
                 band: Vec::new(),
+                dashed: false,
+                color: None,
             };
             for (xs, ys) in at.values() {
                 let x = xs.iter().sum::<f64>() / xs.len() as f64;
@@ -370,7 +376,7 @@ fn plots_in(pdir: &Path, f: &RunFrames, regime: &str, eps: &[&Endpoint]) -> Resu
     let mut drift = line(
         "Expert drift per update: share of activated experts that changed (95% band)",
         "RL step",
-        "drift_expert_frac",
+        "share of activated experts that changed",
         series,
         log,
     );
@@ -386,7 +392,7 @@ fn plots_in(pdir: &Path, f: &RunFrames, regime: &str, eps: &[&Endpoint]) -> Resu
     let mut mk = line(
         "Train–inference mismatch: k3 KL per token, rollout engine vs trainer (95% band)",
         "RL step",
-        "mismatch_kl_k3",
+        "k3 KL per token (engine vs trainer)",
         series,
         true,
     );

@@ -63,11 +63,42 @@ pub(super) fn variance_by_length(f: &RunFrames, same: &[Vec<String>]) -> Result<
         s.points.iter_mut().for_each(|p| p.0 = x(p.0));
         s.band.iter_mut().for_each(|b| b.0 = x(b.0));
     }
+    // Guide slopes of independent token log-ratios: Var(Σ) ∝ length (β = 1), Var(mean) ∝
+    // 1/length (β = −1), each through its curve's first point.
+    let guide = |s: &crate::report::charts::Series, beta: f64, name: &str, color: usize| {
+        let (x0, y0) = *s.points.first()?;
+        Some(crate::report::charts::Series {
+            name: name.into(),
+            // At every bin, so that the curve is drawn as it bends on the linear x axis.
+            points: s
+                .points
+                .iter()
+                .map(|&(x, _)| (x, y0 * (x / x0).powf(beta)))
+                .collect(),
+            band: Vec::new(),
+            dashed: true,
+            color: Some(color),
+        })
+    };
+    let guides: Vec<_> = [
+        guide(&tok, 1.0, "guide: ∝ length (independent tokens, β = 1)", 0),
+        guide(
+            &seq,
+            -1.0,
+            "guide: ∝ 1/length (independent tokens, β = −1)",
+            1,
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut series = vec![tok, seq];
+    series.extend(guides);
     Ok(line(
         "Log-ratio variance per response-length bin (off-policy updates; 95% band over seeds)",
         "response length (tokens, bin mean)",
         "variance over responses",
-        vec![tok, seq],
+        series,
         true,
     ))
 }
@@ -211,10 +242,11 @@ pub(super) fn forest(eps: &[&Endpoint], regime: &str) -> crate::report::charts::
                 ci: (x.t_ci.0 / d, x.t_ci.1 / d),
                 reference: e.reference.as_ref().map(|r| r.0 / d),
                 tone: match e.verdict {
-                    Verdict::Holds => 0,
+                    Verdict::Holds { .. } => 0,
                     Verdict::DoesNotHold => 1,
                     Verdict::Inconclusive { .. } => 2,
                     Verdict::Secondary => 3,
+                    Verdict::Reversed => 4,
                 },
             })
         })
@@ -223,8 +255,14 @@ pub(super) fn forest(eps: &[&Endpoint], regime: &str) -> crate::report::charts::
         title: format!("Regime {regime}: paired effects with 95% t intervals, in units of δ"),
         x_label: "effect / δ (0: no effect; grey band: within ±δ)".into(),
         rows,
-        tones: ["holds", "does not hold", "inconclusive", "secondary"]
-            .map(String::from)
-            .to_vec(),
+        tones: [
+            "holds",
+            "does not hold",
+            "inconclusive",
+            "secondary",
+            "reversed",
+        ]
+        .map(String::from)
+        .to_vec(),
     }
 }

@@ -73,6 +73,7 @@ pub fn map_plots(dir: &Path, regs: &[Regime], eps: &[Endpoint]) -> Result<Option
                 .and_then(|(a, _)| a.per_seed.get(metric))
                 .map_or(MapCell::EMPTY, |v| MapCell {
                     mean: mean_ci(v).mean,
+                    n: v.len(),
                     ..MapCell::EMPTY
                 })
         }
@@ -125,5 +126,6 @@ fn change(eps: &[Endpoint], what: &str, r: &Regime, arm: &str) -> MapCell {
             lo: if x.n >= 2 { x.t_ci.0 } else { f64::NAN },
             hi: if x.n >= 2 { x.t_ci.1 } else { f64::NAN },
             control: false,
+            n: x.n,
         })
 }

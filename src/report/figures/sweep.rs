@@ -80,6 +80,8 @@ fn series_named<'a>(out: &'a mut Vec<Series>, name: &str) -> &'a mut Series {
                 name: name.into(),
                 points: Vec::new(),
                 band: Vec::new(),
+                dashed: false,
+                color: None,
             });
             out.len() - 1
         }
@@ -164,27 +166,47 @@ fn drift_fit(regs: &[Regime], axis: &str) -> Result<crate::report::charts::LineC
         .filter_map(|r| r.x)
         .fold(f64::INFINITY, f64::min)
         .max(1.0);
+    let hi = regs
+        .iter()
+        .filter_map(|r| r.x)
+        .fold(f64::NEG_INFINITY, f64::max);
     for (arm, fits) in drift_fits(regs) {
-        let grid: Vec<f64> = (0..=40)
-            .map(|i| lo * (PAPER_DEPTH / lo).powf(i as f64 / 40.0))
-            .collect();
-        let points = grid
-            .iter()
-            .map(|&x| {
-                let v: Vec<f64> = fits.values().map(|f| f.at(x)).collect();
-                (x, v.iter().sum::<f64>() / v.len() as f64)
-            })
-            .collect();
-        series.push(Series {
-            name: format!("{arm}: power-law fit to {PAPER_DEPTH} layers"),
-            points,
-            band: Vec::new(),
-        });
+        // The arm's measured series, whose colour its fit takes.
+        let color = series.iter().position(|s| s.name == arm);
+        // Per grid depth, the mean of the seeds' fits and its 95% t band; solid over the
+        // measured depths, dashed where it is carried beyond them.
+        let at = |x: f64| {
+            let v: Vec<f64> = fits.values().map(|f| f.at(x)).collect();
+            (x, crate::report::stats::mean_ci(&v))
+        };
+        let grid = |from: f64, to: f64| -> Vec<(f64, crate::report::stats::MeanCi)> {
+            (0..=20)
+                .map(|i| at(from * (to / from).powf(i as f64 / 20.0)))
+                .collect()
+        };
+        let part =
+            |pts: Vec<(f64, crate::report::stats::MeanCi)>, name: String, band: bool| Series {
+                name,
+                points: pts.iter().map(|(x, m)| (*x, m.mean)).collect(),
+                band: pts
+                    .iter()
+                    .filter(|(_, m)| band && m.ci95.is_finite())
+                    .map(|(x, m)| (*x, m.mean - m.ci95, m.mean + m.ci95))
+                    .collect(),
+                dashed: band,
+                color,
+            };
+        series.push(part(grid(lo, hi), String::new(), false));
+        series.push(part(
+            grid(hi, PAPER_DEPTH),
+            format!("{arm}: fit ∝ n_layers^b carried to {PAPER_DEPTH} layers (95% band)"),
+            true,
+        ));
     }
     let mut chart = line(
         "Drift per update against depth, measured (95% band) and fitted drift ∝ n_layers^b carried to 48 layers",
         axis,
-        "drift_expert_frac",
+        "share of activated experts that change per update",
         series,
         true,
     );
@@ -218,7 +240,7 @@ pub fn sweep_plots(
         let mut chart = line(
             &format!("{what}: mean over seeds, 95% interval"),
             axis,
-            metric,
+            what.split(" (").next().unwrap_or(what),
             series,
             log,
         );

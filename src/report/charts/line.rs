@@ -1,0 +1,335 @@
+//! Drawing a [`LineChart`]: its ranges, bands, faint seed lines, reference lines, markers and
+//! legend (placed in the corner with the least data).
+
+use super::{
+    Chart, LineChart, LineCtx, MarkerKind, REF_COLORS, Series, axis_label, err, log_label, palette,
+    si_label, y_axis,
+};
+use anyhow::Result;
+use plotters::coord::Shift;
+use plotters::element::DashedPathElement;
+use plotters::prelude::*;
+
+impl LineChart {
+    /// The x and y ranges of the data (bands included), padded; y in plotted units.
+    fn ranges(&self) -> ((f64, f64), (f64, f64)) {
+        let xs: Vec<f64> = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.0))
+            .collect();
+        let mut ys: Vec<f64> = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().filter_map(|p| self.ty(p.1)))
+            .collect();
+        ys.extend(self.series.iter().flat_map(|s| {
+            s.band
+                .iter()
+                .flat_map(|b| [self.ty(b.1), self.ty(b.2)])
+                .flatten()
+        }));
+        ys.extend(
+            self.faint
+                .iter()
+                .flatten()
+                .flatten()
+                .filter_map(|p| self.ty(p.1)),
+        );
+        ys.extend(self.refs.iter().filter_map(|r| self.ty(r.y)));
+        let (x0, x1) = xs
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| {
+                (a.min(v), b.max(v))
+            });
+        let (mut y0, mut y1) = ys
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| {
+                (a.min(v), b.max(v))
+            });
+        let (x0, x1) = if x0.is_finite() {
+            if x1 > x0 {
+                (x0, x1)
+            } else {
+                (x0 - 1.0, x1 + 1.0)
+            }
+        } else {
+            (0.0, 1.0)
+        };
+        if !y0.is_finite() {
+            (y0, y1) = (0.0, 1.0);
+        } else if y1 - y0 <= 1e-9 * y1.abs().max(y0.abs()) || y1 == y0 {
+            let pad = if y1 == 0.0 { 0.5 } else { 0.1 * y1.abs() };
+            (y0, y1) = (y0 - pad, y1 + pad);
+        } else {
+            let pad = 0.05 * (y1 - y0);
+            (y0, y1) = (y0 - pad, y1 + pad);
+        }
+        ((x0, x1), (y0, y1))
+    }
+
+    /// The outline of a series' band: its upper edge forward, its lower edge back.
+    fn band_polygon(&self, s: &Series) -> Vec<(f64, f64)> {
+        let mut poly: Vec<(f64, f64)> = s
+            .band
+            .iter()
+            .filter_map(|b| self.ty(b.2).map(|y| (b.0, y)))
+            .collect();
+        poly.extend(
+            s.band
+                .iter()
+                .rev()
+                .filter_map(|b| self.ty(b.1).map(|y| (b.0, y))),
+        );
+        poly
+    }
+
+    /// The faint per-seed lines and the paper's reference lines.
+    fn draw_backdrop<DB: DrawingBackend>(
+        &self,
+        chart: &mut LineCtx<'_, DB>,
+        x0: f64,
+        x1: f64,
+    ) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        for (i, lines) in self.faint.iter().enumerate() {
+            let color = palette(i).mix(0.12);
+            for l in lines {
+                let pts: Vec<(f64, f64)> = l
+                    .iter()
+                    .filter_map(|p| self.ty(p.1).map(|y| (p.0, y)))
+                    .collect();
+                chart
+                    .draw_series(LineSeries::new(pts, color.stroke_width(1)))
+                    .map_err(err)?;
+            }
+        }
+        for (k, r) in self.refs.iter().enumerate() {
+            let Some(y) = self.ty(r.y) else { continue };
+            // Dark and dashed, in colours the series palette does not use.
+            let grey = REF_COLORS[k % REF_COLORS.len()];
+            chart
+                .draw_series(DashedLineSeries::new(
+                    vec![(x0, y), (x1, y)],
+                    8,
+                    5,
+                    grey.stroke_width(2),
+                ))
+                .map_err(err)?
+                .label(&r.label)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], grey.stroke_width(2))
+                });
+        }
+        Ok(())
+    }
+
+    /// Each series' band and line (or points), with its legend entry.
+    fn draw_lines<DB: DrawingBackend>(&self, chart: &mut LineCtx<'_, DB>) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        for (i, s) in self.series.iter().enumerate() {
+            let color = palette(s.color.unwrap_or(i));
+            if !s.band.is_empty() {
+                let poly = self.band_polygon(s);
+                chart
+                    .draw_series(std::iter::once(Polygon::new(
+                        poly,
+                        color.mix(0.12).filled(),
+                    )))
+                    .map_err(err)?;
+            }
+            let pts: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .filter_map(|p| self.ty(p.1).map(|y| (p.0, y)))
+                .collect();
+            let anno = if self.scatter {
+                chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            } else if s.dashed {
+                chart.draw_series(DashedLineSeries::new(pts, 6, 4, color.stroke_width(2)))
+            } else {
+                chart.draw_series(LineSeries::new(pts, color.stroke_width(2)))
+            }
+            .map_err(err)?;
+            // A series without a name (e.g. a fit drawn in its data's colour) has no legend entry.
+            if s.name.is_empty() {
+                continue;
+            }
+            let anno = anno.label(&s.name);
+            if self.scatter {
+                anno.legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
+            } else if s.dashed {
+                anno.legend(move |(x, y)| {
+                    DashedPathElement::new(vec![(x, y), (x + 20, y)], 5, 3, color.stroke_width(2))
+                });
+            } else {
+                anno.legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3))
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Event markers, one legend entry per kind.
+    fn draw_markers<DB: DrawingBackend>(&self, chart: &mut LineCtx<'_, DB>) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        for kind in [MarkerKind::Collapse, MarkerKind::Warning] {
+            let pts: Vec<(f64, f64)> = self
+                .markers
+                .iter()
+                .filter(|m| m.kind == kind)
+                .filter_map(|m| self.ty(m.y).map(|y| (m.x, y)))
+                .collect();
+            if pts.is_empty() {
+                continue;
+            }
+            let orange = RGBColor(230, 120, 0);
+            match kind {
+                MarkerKind::Collapse => {
+                    chart
+                        .draw_series(
+                            pts.into_iter()
+                                .map(|p| Cross::new(p, 7, RED.stroke_width(2))),
+                        )
+                        .map_err(err)?
+                        .label(kind.legend())
+                        .legend(|(x, y)| Cross::new((x + 10, y), 6, RED.stroke_width(2)));
+                }
+                MarkerKind::Warning => {
+                    chart
+                        .draw_series(
+                            pts.into_iter()
+                                .map(|p| TriangleMarker::new(p, 7, orange.stroke_width(2))),
+                        )
+                        .map_err(err)?
+                        .label(kind.legend())
+                        .legend(move |(x, y)| {
+                            TriangleMarker::new((x + 10, y), 6, orange.stroke_width(2))
+                        });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The corner of the plot whose quarter holds the fewest data points (lines, bands,
+    /// markers), so that the legend covers as little data as it can.
+    fn legend_corner(&self, (x0, x1): (f64, f64), (y0, y1): (f64, f64)) -> SeriesLabelPosition {
+        let mut count = [0usize; 4];
+        let pts = self
+            .series
+            .iter()
+            .flat_map(|s| {
+                s.points
+                    .iter()
+                    .copied()
+                    .chain(s.band.iter().flat_map(|b| [(b.0, b.1), (b.0, b.2)]))
+            })
+            .chain(self.markers.iter().map(|m| (m.x, m.y)));
+        for (x, y) in pts {
+            let Some(y) = self.ty(y) else { continue };
+            let (fx, fy) = ((x - x0) / (x1 - x0), (y - y0) / (y1 - y0));
+            // Upper right, upper left, lower right, lower left: the legend's box spans about
+            // 45% of the width and 35% of the height from its corner.
+            let (right, left, up, low) = (fx > 0.55, fx < 0.45, fy > 0.65, fy < 0.35);
+            for (k, hit) in [right && up, left && up, right && low, left && low]
+                .into_iter()
+                .enumerate()
+            {
+                count[k] += usize::from(hit);
+            }
+        }
+        let best = (0..4).min_by_key(|&k| count[k]).unwrap_or(0);
+        [
+            SeriesLabelPosition::UpperRight,
+            SeriesLabelPosition::UpperLeft,
+            SeriesLabelPosition::LowerRight,
+            SeriesLabelPosition::LowerLeft,
+        ][best]
+            .clone()
+    }
+
+    fn ty(&self, y: f64) -> Option<f64> {
+        if !y.is_finite() {
+            None
+        } else if self.log_y {
+            (y > 0.0).then(|| y.log10())
+        } else {
+            Some(y)
+        }
+    }
+}
+
+impl Chart for LineChart {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        root.fill(&WHITE).map_err(err)?;
+        let ((x0, x1), (y0, y1)) = self.ranges();
+        let mut chart = ChartBuilder::on(&root)
+            .caption(&self.title, ("sans-serif", 22))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(x0..x1, y_axis(y0, y1, self.log_y))
+            .map_err(err)?;
+        let log = self.log_y;
+        // A tick at 0 computed as a sum of steps comes out as float noise (−5.6e-17).
+        let zero = 1e-9 * (y1 - y0).abs();
+        let fmt = move |v: &f64| {
+            if log {
+                log_label(*v)
+            } else if v.abs() <= zero {
+                "0".to_string()
+            } else if v.abs() >= 1000.0 || (v.abs() < 0.01 && *v != 0.0) {
+                format!("{v:.1e}")
+            } else {
+                format!("{v:.3}")
+            }
+        };
+        let y_label = axis_label(&self.y_label, self.log_y);
+        let xfmt = |v: &f64| si_label(*v);
+        let mut mesh = chart.configure_mesh();
+        mesh.x_desc(&self.x_label)
+            .y_desc(&y_label)
+            .y_label_formatter(&fmt)
+            .label_style(("sans-serif", 14))
+            .axis_desc_style(("sans-serif", 16));
+        let integer = |v: &f64| {
+            if (v - v.round()).abs() < 1e-9 {
+                format!("{}", v.round() as i64)
+            } else {
+                String::new()
+            }
+        };
+        if self.categorical_x {
+            // One tick per category (plotters places ticks at round steps of the range).
+            mesh.x_labels((x1 - x0).round() as usize + 1)
+                .x_label_formatter(&integer)
+                .disable_x_mesh();
+        } else if x0.abs().max(x1.abs()) >= 1e3 {
+            mesh.x_label_formatter(&xfmt);
+        }
+        mesh.draw().map_err(err)?;
+        self.draw_backdrop(&mut chart, x0, x1)?;
+        self.draw_lines(&mut chart)?;
+        self.draw_markers(&mut chart)?;
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 14))
+            .position(self.legend_corner((x0, x1), (y0, y1)))
+            .draw()
+            .map_err(err)?;
+        Ok(())
+    }
+}
