@@ -369,18 +369,23 @@ fn regimes_override_settings_and_get_their_own_plots() {
             .collect::<Vec<_>>()
     );
     let md = std::fs::read_to_string(o.out.join("report.md")).unwrap();
-    // Every figure of every regime, as non-empty PNG and SVG, embedded in report.md.
+    // Every figure of every regime, as non-empty PNG and SVG, embedded in report.md; the
+    // figures of a frame this tiny run has no data for (length bins with enough responses)
+    // are left out and not embedded, rather than drawn empty.
+    let optional = ["drift_heatmap", "ratio_var_vs_len"];
     for r in ["natural", "mismatch"] {
         for p in PLOTS {
+            let embedded = md.contains(&format!("(plots/{r}/{p}.svg)"));
             for ext in ["png", "svg"] {
                 let f = o.out.join("plots").join(r).join(format!("{p}.{ext}"));
                 let len = std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0);
-                assert!(len > 1000, "{} is missing or empty", f.display());
+                if optional.contains(p) && !embedded {
+                    assert_eq!(len, 0, "{} is made but not embedded", f.display());
+                } else {
+                    assert!(len > 1000, "{} is missing or empty", f.display());
+                }
             }
-            assert!(
-                md.contains(&format!("(plots/{r}/{p}.svg)")),
-                "{p} of {r} embedded"
-            );
+            assert!(embedded || optional.contains(p), "{p} of {r} embedded");
         }
     }
     assert!(

@@ -1,8 +1,8 @@
 //! The context line each claim writes per regime under its table in the findings: the arm
 //! means behind the endpoints, or why a regime does not measure the claim.
 
-use super::findings::Regime;
-use super::markdown::fmt_ci;
+use super::fmt::fmt_ci;
+use super::regime::Regime;
 use super::roles::{collapses, n, ratio_explosions};
 use super::stats::{MeanCi, mean_ci};
 use super::summary::ArmSummary;

@@ -2,7 +2,7 @@
 //! drift ∝ n_layers^b fitted by least squares on ln drift against ln x over the sweep's
 //! regimes, and its value at the paper's 48 layers.
 
-use super::findings::Regime;
+use super::regime::Regime;
 use std::collections::BTreeMap;
 
 /// Layers of the model the GSPO paper measured ~10% drift on (Qwen3-30B-A3B).

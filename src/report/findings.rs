@@ -10,63 +10,14 @@ use super::context::{
 };
 use super::endpoints::{
     ALPHA, Claimed, Endpoint, REWARD_MARGIN, RegimeData, Verdict, declare, evaluate, num, p_text,
-    regime_has_mismatch, verdict_text,
+    verdict_text,
 };
-use super::load::{RunFrames, regimes};
+use super::load::RunFrames;
 use super::paired::Scale;
-use super::roles::Arms;
+pub use super::regime::{Regime, regimes_of};
 use super::run_info::RunInfo;
-use super::summary::summarize;
 use anyhow::Result;
 use std::fmt::Write as _;
-
-/// One regime's arms and rows, and how the report names it.
-pub struct Regime {
-    pub name: String,
-    pub arms: Arms,
-    pub frames: RunFrames,
-    /// Arms that ran identical trajectories ([`super::identical`]); pooled findings count each
-    /// group once.
-    pub same: Vec<Vec<String>>,
-    pub mismatch: bool,
-    /// The claims the run declared, and those of them it describes without a test.
-    pub claims: Vec<char>,
-    pub secondary: Vec<char>,
-    /// The spec declared "reversed" as an outcome (two-sided primary tests).
-    pub reversal: bool,
-    /// The regime's value on the sweep axis, in a sweep.
-    pub x: Option<f64>,
-    /// The regime it is compared against, and its place in the stability map.
-    pub control: Option<String>,
-    pub map: Option<crate::experiment::MapAt>,
-}
-
-/// Every regime of the run, with its arms.
-pub fn regimes_of(f: &RunFrames, info: &RunInfo) -> Result<Vec<Regime>> {
-    let regs = regimes(&f.steps);
-    let mut per = Vec::new();
-    for r in &regs {
-        let frames = if regs.len() == 1 {
-            f.clone()
-        } else {
-            f.regime(r)?
-        };
-        per.push(Regime {
-            name: r.clone(),
-            arms: Arms::new(summarize(&frames)?, info),
-            same: super::identical::identical_groups(&frames.steps)?,
-            mismatch: regime_has_mismatch(info, r),
-            claims: info.claims.clone(),
-            secondary: info.secondary.clone(),
-            reversal: info.reversal,
-            x: info.regime(r).and_then(|x| x.x),
-            control: info.regime(r).and_then(|x| x.control.clone()),
-            map: info.regime(r).and_then(|x| x.map.clone()),
-            frames,
-        });
-    }
-    Ok(per)
-}
 
 /// Every endpoint of the run, tested, adjusted and given its verdict.
 pub fn endpoints(regs: &[Regime]) -> Result<Vec<Endpoint>> {

@@ -1,8 +1,8 @@
 //! `report.md`: the regimes, the summary table, the events, the findings and the plots.
 
 use super::endpoints::Endpoint;
-use super::figures::PLOTS;
 use super::findings::{Regime, findings_md};
+use super::fmt::fmt_ci;
 use super::load::RunFrames;
 use super::run_info::RunInfo;
 use super::stats::MeanCi;
@@ -10,29 +10,6 @@ use super::summary::ArmSummary;
 use crate::metrics::frames::{i64_col, str_col};
 use anyhow::Result;
 use std::fmt::Write as _;
-
-/// A number with three decimals, or two significant digits in scientific notation when it is
-/// very small or large.
-pub fn sig(x: f64) -> String {
-    if x == 0.0 {
-        "0".into()
-    } else if x.abs() >= 0.01 && x.abs() < 1000.0 {
-        format!("{x:.3}")
-    } else {
-        format!("{x:.2e}")
-    }
-}
-
-/// `mean ± ci95`, the mean alone over one seed, `missing` when there is none.
-pub fn fmt_ci(m: &MeanCi, missing: &str) -> String {
-    if !m.mean.is_finite() {
-        missing.into()
-    } else if m.ci95.is_finite() {
-        format!("{} ± {}", sig(m.mean), sig(m.ci95))
-    } else {
-        sig(m.mean)
-    }
-}
 
 fn summary_table(md: &mut String, sums: &[ArmSummary]) -> Result<()> {
     writeln!(md, "## Summary per arm (mean ± 95% CI over seeds)\n")?;
@@ -123,7 +100,7 @@ fn events_table(md: &mut String, f: &RunFrames, sums: &[ArmSummary]) -> Result<(
 /// Where `report` wrote its plots, relative to the run's folder.
 pub struct PlotFolders {
     /// (regime, folder) per regime.
-    pub regimes: Vec<(String, String)>,
+    pub regimes: Vec<super::figures::RegimePlots>,
     /// (folder, axis) of a sweep.
     pub sweep: Option<(String, String)>,
     /// The stability map's folder.
@@ -178,11 +155,11 @@ pub fn report(
             writeln!(md, "![drift_fit]({folder}/drift_fit.svg)\n")?;
         }
     }
-    for (regime, folder) in plot_dirs {
+    for (regime, folder, made) in plot_dirs {
         if plot_dirs.len() > 1 {
             writeln!(md, "### Regime `{regime}`\n")?;
         }
-        for p in PLOTS {
+        for p in made {
             writeln!(md, "![{p}]({folder}/{p}.svg)\n")?;
         }
     }

@@ -100,9 +100,23 @@ impl Forest {
     }
 }
 
+impl Forest {
+    /// The tones some row has, in legend order (a legend lists only what is drawn).
+    fn present_tones(&self) -> Vec<usize> {
+        (0..self.tones.len())
+            .filter(|t| self.rows.iter().any(|r| r.tone == *t))
+            .collect()
+    }
+}
+
 impl Chart for Forest {
     fn size(&self) -> (u32, u32) {
-        (1200, 130 + 34 * self.rows.len().max(1) as u32)
+        // Tall enough for the legend (the band, each tone present, the paper's value).
+        let legend = 2 + self.present_tones().len() as u32;
+        (
+            1200,
+            (130 + 34 * self.rows.len().max(1) as u32).max(110 + 22 * legend),
+        )
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
@@ -148,8 +162,8 @@ impl Chart for Forest {
                 BLACK.stroke_width(1),
             )))
             .map_err(err)?;
-        for (t, name) in self.tones.iter().enumerate() {
-            let col = tone(t);
+        for t in self.present_tones() {
+            let (col, name) = (tone(t), &self.tones[t]);
             chart
                 .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())
                 .map_err(err)?

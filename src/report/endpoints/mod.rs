@@ -16,10 +16,10 @@ mod paper;
 pub use declare::{RegimeData, declare};
 pub use paper::{CONTROL_METRICS, control_endpoints, depth_endpoints};
 
+pub use super::fmt::{num, p_text};
 use super::paired::{
     Paired, Scale, paired, seeds_needed, sign_flip_p_greater, sign_test_p_greater,
 };
-use super::run_info::RunInfo;
 use super::summary::ArmSummary;
 use declare::{aligned, seeds_of};
 use serde::Serialize;
@@ -443,33 +443,6 @@ pub fn verdict_text(e: &Endpoint) -> String {
         Some(note) => format!("{text}; {note}"),
         None => text,
     }
-}
-
-/// A p-value as the report prints it.
-pub fn p_text(p: f64) -> String {
-    if !p.is_finite() {
-        "n/a".into()
-    } else if p < 0.001 {
-        format!("{p:.1e}")
-    } else {
-        format!("{p:.3}")
-    }
-}
-
-/// A number as the report prints it ("n/a" when not finite).
-pub fn num(x: f64) -> String {
-    if x.is_finite() {
-        super::markdown::sig(x)
-    } else {
-        "n/a".into()
-    }
-}
-
-/// Does the rollout engine of `regime` differ from the trainer?
-pub fn regime_has_mismatch(info: &RunInfo, regime: &str) -> bool {
-    info.cells
-        .iter()
-        .any(|c| c.regime == regime && c.rl.mismatch != crate::rl::Mismatch::None)
 }
 
 #[cfg(test)]

@@ -178,7 +178,7 @@ pub(super) fn compute_to_reach(r: &RegimeData, out: &mut Vec<Endpoint>) {
 /// (claimed > 0, margin as the length exponents) and the drift it gives at 48 layers beside
 /// the paper's ~10% (described). Their regime is "all". Only the spec's first arm's exponent
 /// is primary (the others are secondary), so one test carries the claim and Holm's m stays 1.
-pub fn depth_endpoints(regs: &[crate::report::findings::Regime]) -> Vec<Endpoint> {
+pub fn depth_endpoints(regs: &[crate::report::regime::Regime]) -> Vec<Endpoint> {
     use crate::report::depth::{PAPER_DEPTH, drift_fits};
     let mut out = Vec::new();
     for (i, (arm, fits)) in drift_fits(regs).into_iter().enumerate() {
@@ -224,7 +224,7 @@ pub const CONTROL_METRICS: [(&str, &str); 2] = [
 /// control, paired by seed (described: the map's cells, not tests of a claim). The eval
 /// accuracy comes first: the same prompts for every arm of a seed, decoded greedily, it is the
 /// less noisy of the two (the stability map at 6 seeds: median paired SD 0.036 against 0.069).
-pub fn control_endpoints(regs: &[crate::report::findings::Regime]) -> Vec<Endpoint> {
+pub fn control_endpoints(regs: &[crate::report::regime::Regime]) -> Vec<Endpoint> {
     let mut out = Vec::new();
     for r in regs {
         let Some(c) = r

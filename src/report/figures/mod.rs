@@ -24,6 +24,9 @@ pub use stability::{MAP_PLOTS, map_plots};
 pub use sweep::{SWEEP_PLOTS, sweep_plots};
 
 /// The plot files `report` writes for every regime (each as PNG and SVG).
+/// One regime's plot folder: (regime, folder relative to the run, the plots made there).
+pub type RegimePlots = (String, String, Vec<&'static str>);
+
 pub const PLOTS: &[&str] = &[
     "forest",
     "reward",
@@ -91,11 +94,19 @@ pub(super) fn mean_band(name: &str, seeds: &BTreeMap<i64, Vec<(f64, f64)>>) -> S
         dashed: false,
         color: None,
     };
+    // A quantity that is never negative (a share, a variance) gets its band cut at 0: the t
+    // interval of a skewed mean can reach below what the quantity can take.
+    let floor = if seeds.values().flatten().all(|p| p.1 >= 0.0) {
+        0.0
+    } else {
+        f64::NEG_INFINITY
+    };
     for (x, v) in at {
         let m = mean_ci(&v);
         s.points.push((x as f64, m.mean));
         if m.ci95.is_finite() {
-            s.band.push((x as f64, m.mean - m.ci95, m.mean + m.ci95));
+            s.band
+                .push((x as f64, (m.mean - m.ci95).max(floor), m.mean + m.ci95));
         }
     }
     s
@@ -324,8 +335,15 @@ fn keep_only<T>(v: Vec<T>, keep: &[usize]) -> Vec<T> {
         .collect()
 }
 
-/// Every plot of one regime's frames under `pdir`.
-fn plots_in(pdir: &Path, f: &RunFrames, regime: &str, eps: &[&Endpoint]) -> Result<()> {
+/// Every plot of one regime's frames under `pdir`; returns the names of those made (a figure
+/// whose frame the folder does not keep, e.g. a slimmed run's layers or lengths, is left out
+/// rather than drawn empty).
+fn plots_in(
+    pdir: &Path,
+    f: &RunFrames,
+    regime: &str,
+    eps: &[&Endpoint],
+) -> Result<Vec<&'static str>> {
     std::fs::create_dir_all(pdir).with_context(|| format!("creating {}", pdir.display()))?;
     // One regime's frames: series are named by arm alone.
     let multi = false;
@@ -385,8 +403,19 @@ fn plots_in(pdir: &Path, f: &RunFrames, regime: &str, eps: &[&Endpoint]) -> Resu
         "GSPO paper: ~10% per update (48-layer MoE)",
     ));
     drift.save(pdir, "drift")?;
-    drift_heatmap(f, multi, &same)?.save(pdir, "drift_heatmap")?;
-    variance_by_length(f, &same)?.save(pdir, "ratio_var_vs_len")?;
+    let mut made: Vec<&'static str> = PLOTS.to_vec();
+    let heat = drift_heatmap(f, multi, &same)?;
+    if heat.panels.is_empty() {
+        made.retain(|p| *p != "drift_heatmap");
+    } else {
+        heat.save(pdir, "drift_heatmap")?;
+    }
+    let by_len = variance_by_length(f, &same)?;
+    if by_len.series.iter().all(|s| s.points.is_empty()) {
+        made.retain(|p| *p != "ratio_var_vs_len");
+    } else {
+        by_len.save(pdir, "ratio_var_vs_len")?;
+    }
     // A KL is positive and spans decades across regimes: always a log axis.
     let (series, _) = band_chart(&curves(&f.steps, multi, "step", "mismatch_kl_k3")?, false);
     let mut mk = line(
@@ -403,23 +432,25 @@ fn plots_in(pdir: &Path, f: &RunFrames, regime: &str, eps: &[&Endpoint]) -> Resu
             reference(7.5e-4, "R3 paper: MoE with R3 7.5e-4"),
         ];
     }
-    mk.save(pdir, "mismatch_kl")
+    mk.save(pdir, "mismatch_kl")?;
+    Ok(made)
 }
 
 /// Plots of every regime: `plots/<name>.png|svg` for a single-regime run, else
-/// `plots/<regime>/<name>.png|svg`. Returns (regime, folder relative to `dir`) per folder.
-pub fn make_plots(dir: &Path, f: &RunFrames, eps: &[Endpoint]) -> Result<Vec<(String, String)>> {
+/// `plots/<regime>/<name>.png|svg`. Returns (regime, folder relative to `dir`, the plots made)
+/// per folder.
+pub fn make_plots(dir: &Path, f: &RunFrames, eps: &[Endpoint]) -> Result<Vec<RegimePlots>> {
     let regs = regimes(&f.steps);
     let mine = |r: &str| eps.iter().filter(|e| e.regime == r).collect::<Vec<_>>();
     if regs.len() <= 1 {
         let r = regs.first().cloned().unwrap_or_default();
-        plots_in(&dir.join("plots"), f, &r, &mine(&r))?;
-        return Ok(vec![(r, "plots".into())]);
+        let made = plots_in(&dir.join("plots"), f, &r, &mine(&r))?;
+        return Ok(vec![(r, "plots".into(), made)]);
     }
     let mut out = Vec::new();
     for r in regs {
-        plots_in(&dir.join("plots").join(&r), &f.regime(&r)?, &r, &mine(&r))?;
-        out.push((r.clone(), format!("plots/{r}")));
+        let made = plots_in(&dir.join("plots").join(&r), &f.regime(&r)?, &r, &mine(&r))?;
+        out.push((r.clone(), format!("plots/{r}"), made));
     }
     Ok(out)
 }

@@ -66,7 +66,8 @@ pub(super) fn variance_by_length(f: &RunFrames, same: &[Vec<String>]) -> Result<
     // Guide slopes of independent token log-ratios: Var(Σ) ∝ length (β = 1), Var(mean) ∝
     // 1/length (β = −1), each through its curve's first point.
     let guide = |s: &crate::report::charts::Series, beta: f64, name: &str, color: usize| {
-        let (x0, y0) = *s.points.first()?;
+        // Through the middle bin: an end bin can hold a degenerate variance (~1e-38).
+        let (x0, y0) = *s.points.get(s.points.len() / 2)?;
         Some(crate::report::charts::Series {
             name: name.into(),
             // At every bin, so that the curve is drawn as it bends on the linear x axis.

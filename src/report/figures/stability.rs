@@ -5,8 +5,8 @@
 
 use crate::report::charts::{Chart, MapCell, MapPanel, StabilityMap};
 use crate::report::endpoints::{CONTROL_METRICS, Endpoint, REWARD_MARGIN};
-use crate::report::findings::Regime;
 use crate::report::load::distinct;
+use crate::report::regime::Regime;
 use crate::report::stats::mean_ci;
 use anyhow::{Context, Result};
 use std::path::Path;

@@ -5,8 +5,8 @@
 use super::{line, reference};
 use crate::report::charts::{Chart, Series, spans_decades};
 use crate::report::endpoints::Endpoint;
-use crate::report::findings::Regime;
 use crate::report::paired::Scale;
+use crate::report::regime::Regime;
 use crate::report::run_info::RunInfo;
 use crate::report::stats::mean_ci;
 use anyhow::{Context, Result};
@@ -193,7 +193,8 @@ fn drift_fit(regs: &[Regime], axis: &str) -> Result<crate::report::charts::LineC
                     .filter(|(_, m)| band && m.ci95.is_finite())
                     .map(|(x, m)| (*x, m.mean - m.ci95, m.mean + m.ci95))
                     .collect(),
-                dashed: band,
+                // Both parts dashed: only the measured series is drawn solid.
+                dashed: true,
                 color,
             };
         series.push(part(grid(lo, hi), String::new(), false));
