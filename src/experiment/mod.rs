@@ -2,6 +2,7 @@
 
 pub mod cell;
 pub mod cell_groups;
+pub mod claim;
 mod figure_keys;
 pub mod merge;
 pub mod resume;
@@ -10,6 +11,7 @@ pub mod shard;
 pub mod spec;
 
 pub use cell::CellConfig;
+pub use claim::{CLAIM_LETTERS, Claim, DEFAULT_CLAIMS};
 pub use runner::{CellState, CellStatus, RunOptions, run_experiment};
 pub use shard::Shard;
-pub use spec::{ArmSpec, CLAIM_LETTERS, DEFAULT_CLAIMS, ExperimentSpec, MapAt, RegimeSpec};
+pub use spec::{ArmSpec, ExperimentSpec, MapAt, RegimeSpec};

@@ -212,10 +212,7 @@ pub struct ExperimentSpec {
     pub sweep: Option<String>,
 }
 
-/// The letters of the claims the report knows (`src/report/endpoints/declare.rs`).
-pub const CLAIM_LETTERS: &[char] = &['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l'];
-/// The claims a spec that names none tests.
-pub const DEFAULT_CLAIMS: &[char] = &['a', 'b', 'c', 'd', 'e', 'f'];
+pub use super::claim::{CLAIM_LETTERS, DEFAULT_CLAIMS};
 
 fn default_preset() -> Preset {
     Preset::Toy

@@ -151,7 +151,10 @@ pub fn report(
         for p in super::figures::SWEEP_PLOTS {
             writeln!(md, "![{p}]({folder}/{p}.svg)\n")?;
         }
-        if regs.first().is_some_and(|r| r.claims.contains(&'k')) {
+        if regs
+            .first()
+            .is_some_and(|r| r.claims.contains(&crate::experiment::Claim::DepthDrift))
+        {
             writeln!(md, "![drift_fit]({folder}/drift_fit.svg)\n")?;
         }
     }

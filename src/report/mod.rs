@@ -2,8 +2,8 @@
 //! files and `config.json` alone (no training state).
 
 pub mod charts;
+pub mod claims;
 pub mod compute;
-mod context;
 pub mod depth;
 pub mod endpoints;
 pub mod figures;
@@ -66,7 +66,7 @@ pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
             .with_context(|| format!("clearing {}", plot_dir.display()))?;
     }
     let plots = markdown::PlotFolders {
-        regimes: figures::make_plots(dir, &f, &eps)?,
+        regimes: figures::make_plots(dir, &regs, &eps)?,
         sweep: figures::sweep_plots(dir, &info, &regs, &eps)?,
         map: figures::map_plots(dir, &regs, &eps)?,
     };

@@ -6,11 +6,11 @@
 //! Distributions come from `statrs`, never from typed-in tables.
 
 use super::stats::{MeanCi, mean_ci};
+pub use super::stats::{t_crit, z_quantile};
 use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand_distr::{Distribution, Uniform};
 use serde::Serialize;
-use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
 /// How two arms' per-seed values are compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -39,21 +39,6 @@ pub struct Paired {
     pub dz: f64,
     /// Exact two-sided sign-flip permutation p-value (Monte Carlo beyond 20 seeds).
     pub p: f64,
-}
-
-/// Two-sided `1 − alpha` Student-t critical value with `df` degrees of freedom.
-pub fn t_crit(alpha: f64, df: usize) -> f64 {
-    if df == 0 {
-        return f64::NAN;
-    }
-    StudentsT::new(0.0, 1.0, df as f64)
-        .map(|t| t.inverse_cdf(1.0 - alpha / 2.0))
-        .unwrap_or(f64::NAN)
-}
-
-/// Standard normal quantile.
-pub fn z_quantile(p: f64) -> f64 {
-    Normal::standard().inverse_cdf(p)
 }
 
 fn mean(v: &[f64]) -> f64 {

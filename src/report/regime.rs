@@ -6,6 +6,7 @@ use super::load::{RunFrames, regimes};
 use super::roles::Arms;
 use super::run_info::RunInfo;
 use super::summary::summarize;
+use crate::experiment::Claim;
 use anyhow::Result;
 
 /// One regime's arms and rows, and how the report names it.
@@ -18,8 +19,8 @@ pub struct Regime {
     pub same: Vec<Vec<String>>,
     pub mismatch: bool,
     /// The claims the run declared, and those of them it describes without a test.
-    pub claims: Vec<char>,
-    pub secondary: Vec<char>,
+    pub claims: Vec<Claim>,
+    pub secondary: Vec<Claim>,
     /// The spec declared "reversed" as an outcome (two-sided primary tests).
     pub reversal: bool,
     /// The regime's value on the sweep axis, in a sweep.

@@ -98,39 +98,3 @@ pub fn ratio_explosions(a: &ArmSummary) -> usize {
         .get(EventKind::RatioExplosion.name())
         .map_or(0, |c| c.0)
 }
-
-/// Every cell of `a` had a ratio explosion and no cell of the `others` did, with at least 3
-/// cells per arm: the most extreme table of a one-sided Fisher exact test against each other
-/// arm, p = 1/C(2n, n) ≤ 0.05.
-pub fn warned_alone(a: &ArmSummary, others: &[&ArmSummary]) -> bool {
-    a.seeds >= 3
-        && ratio_explosions(a) == a.seeds
-        && others
-            .iter()
-            .all(|o| o.seeds >= 3 && ratio_explosions(o) == 0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn arm(seeds: usize, explosions: usize) -> ArmSummary {
-        let mut a = ArmSummary::blank("a", &[]);
-        a.seeds = seeds;
-        if explosions > 0 {
-            a.collapses
-                .insert("ratio_explosion".to_string(), (explosions, 3));
-        }
-        a.warned_cells = explosions;
-        a
-    }
-
-    #[test]
-    fn ratio_explosions_count_only_when_all_against_none() {
-        assert!(warned_alone(&arm(3, 3), &[&arm(3, 0), &arm(3, 0)]));
-        assert!(!warned_alone(&arm(3, 2), &[&arm(3, 0)]));
-        assert!(!warned_alone(&arm(3, 3), &[&arm(3, 1)]));
-        // Two seeds per arm cannot reach p ≤ 0.05 (1/C(4, 2) = 1/6).
-        assert!(!warned_alone(&arm(2, 2), &[&arm(2, 0)]));
-    }
-}

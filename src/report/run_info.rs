@@ -1,7 +1,7 @@
 //! What `config.json` says about a run: each cell's resolved configuration (the spec order of
 //! the cells and each arm's identity) and the regimes' descriptions.
 
-use crate::experiment::{CellConfig, ExperimentSpec, RegimeSpec};
+use crate::experiment::{CellConfig, Claim, ExperimentSpec, RegimeSpec};
 use crate::model::FfnKind;
 use crate::rl::{Algorithm, AlgorithmKind, RlConfig, RoutingMode};
 use anyhow::{Context, Result};
@@ -27,9 +27,9 @@ pub struct RunInfo {
     pub cells: Vec<CellConfig>,
     pub regimes: Vec<RegimeSpec>,
     /// The claims the spec declared ([`crate::experiment::DEFAULT_CLAIMS`] when it names none).
-    pub claims: Vec<char>,
+    pub claims: Vec<Claim>,
     /// Declared claims described without a test (the spec's `secondary`).
-    pub secondary: Vec<char>,
+    pub secondary: Vec<Claim>,
     /// The spec declared "reversed" as an outcome of its primary endpoints (two-sided tests).
     pub reversal: bool,
     /// The sweep axis (each regime's value on it is its `x`).
@@ -41,7 +41,7 @@ impl Default for RunInfo {
         RunInfo {
             cells: Vec::new(),
             regimes: Vec::new(),
-            claims: crate::experiment::DEFAULT_CLAIMS.to_vec(),
+            claims: Claim::of_letters(crate::experiment::DEFAULT_CLAIMS),
             secondary: Vec::new(),
             reversal: false,
             sweep: None,
@@ -98,11 +98,12 @@ impl RunInfo {
         };
         Ok(RunInfo {
             cells,
-            claims: spec
-                .claims
-                .clone()
-                .unwrap_or_else(|| crate::experiment::DEFAULT_CLAIMS.to_vec()),
-            secondary: spec.secondary,
+            claims: Claim::of_letters(
+                spec.claims
+                    .as_deref()
+                    .unwrap_or(crate::experiment::DEFAULT_CLAIMS),
+            ),
+            secondary: Claim::of_letters(&spec.secondary),
             reversal: spec.reversal,
             sweep: spec.sweep,
             regimes: spec.regimes,

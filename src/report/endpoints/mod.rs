@@ -10,20 +10,29 @@
 //! claimed difference, or "worse by more than δ" for a claimed non-inferiority. Otherwise the
 //! verdict is "inconclusive at n seeds", with the seeds that would resolve it.
 
-mod declare;
-mod paper;
-
-pub use declare::{RegimeData, declare};
-pub use paper::{CONTROL_METRICS, control_endpoints, depth_endpoints};
-
 pub use super::fmt::{num, p_text};
 use super::paired::{
     Paired, Scale, paired, seeds_needed, sign_flip_p_greater, sign_test_p_greater,
 };
 use super::summary::ArmSummary;
-use declare::{aligned, seeds_of};
+use crate::experiment::Claim;
 use serde::Serialize;
 use std::collections::BTreeMap;
+
+/// Per seed, the arm's per-cell value of `metric`.
+pub fn seeds_of(a: &ArmSummary, metric: &str) -> BTreeMap<i64, f64> {
+    a.per_seed
+        .get(metric)
+        .map(|v| a.seed_ids.iter().copied().zip(v.iter().copied()).collect())
+        .unwrap_or_default()
+}
+
+/// The values of the seeds both maps hold, in seed order.
+pub(crate) fn aligned(a: &BTreeMap<i64, f64>, b: &BTreeMap<i64, f64>) -> (Vec<f64>, Vec<f64>) {
+    a.iter()
+        .filter_map(|(s, x)| b.get(s).map(|y| (*x, *y)))
+        .unzip()
+}
 
 /// Family-wise error rate of the report.
 pub const ALPHA: f64 = 0.05;
@@ -77,8 +86,8 @@ pub enum Verdict {
 /// One endpoint: what is compared, and (once evaluated) its statistics and verdict.
 #[derive(Clone, Debug, Serialize)]
 pub struct Endpoint {
-    /// The claim's letter, (a)–(i) (`crate::experiment::CLAIM_LETTERS`).
-    pub claim: char,
+    /// The claim it tests (written as its letter).
+    pub claim: Claim,
     pub regime: String,
     /// What is compared, in markdown (arm names in backticks).
     pub what: String,
@@ -111,7 +120,13 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    fn new(claim: char, regime: &str, what: String, scale: Scale, claimed: Claimed) -> Self {
+    pub(crate) fn new(
+        claim: Claim,
+        regime: &str,
+        what: String,
+        scale: Scale,
+        claimed: Claimed,
+    ) -> Self {
         Endpoint {
             claim,
             regime: regime.into(),
@@ -137,37 +152,37 @@ impl Endpoint {
         }
     }
 
-    fn reference(mut self, value: f64, source: &str) -> Self {
+    pub(crate) fn reference(mut self, value: f64, source: &str) -> Self {
         self.reference = Some((value, source.into()));
         self
     }
 
-    fn margin(mut self, m: f64) -> Self {
+    pub(crate) fn margin(mut self, m: f64) -> Self {
         self.margin = m;
         self
     }
 
-    fn secondary(mut self) -> Self {
+    pub(crate) fn secondary(mut self) -> Self {
         self.primary = false;
         self
     }
 
     /// Compare `b` against `a` seed by seed on `metric` (seeds both arms ran).
-    fn pair(mut self, a: &ArmSummary, b: &ArmSummary, metric: &str) -> Self {
+    pub(crate) fn pair(mut self, a: &ArmSummary, b: &ArmSummary, metric: &str) -> Self {
         let (x, y) = aligned(&seeds_of(a, metric), &seeds_of(b, metric));
         self.est = paired(&x, &y, self.scale);
         self
     }
 
     /// Compare per-seed values `b` against `a` (seeds both hold).
-    fn maps(mut self, a: &BTreeMap<i64, f64>, b: &BTreeMap<i64, f64>) -> Self {
+    pub(crate) fn maps(mut self, a: &BTreeMap<i64, f64>, b: &BTreeMap<i64, f64>) -> Self {
         let (x, y) = aligned(a, b);
         self.est = paired(&x, &y, self.scale);
         self
     }
 
     /// One value per seed (no second arm).
-    fn one(mut self, v: &BTreeMap<i64, f64>) -> Self {
+    pub(crate) fn one(mut self, v: &BTreeMap<i64, f64>) -> Self {
         let y: Vec<f64> = v.values().copied().collect();
         self.est = paired(&vec![0.0; y.len()], &y, Scale::Difference);
         self

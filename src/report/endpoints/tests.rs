@@ -1,10 +1,17 @@
 //! Verdicts by hand: Holm's families, reversal, the margin, censoring.
 
 use super::*;
+use crate::experiment::Claim;
 use crate::report::paired::paired;
 
 fn ep(claimed: Claimed, diffs: &[f64]) -> Endpoint {
-    let mut e = Endpoint::new('x', "r", "x".into(), Scale::Difference, claimed);
+    let mut e = Endpoint::new(
+        Claim::DriftShare,
+        "r",
+        "x".into(),
+        Scale::Difference,
+        claimed,
+    );
     let zeros = vec![0.0; diffs.len()];
     e.est = paired(&zeros, diffs, Scale::Difference);
     e

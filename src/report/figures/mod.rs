@@ -6,7 +6,8 @@ use super::charts::{
     BarChart, Chart, Faint, LineChart, Marker, MarkerKind, RefLine, Series, spans_decades,
 };
 use super::endpoints::Endpoint;
-use super::load::{RunFrames, distinct, regimes};
+use super::load::{RunFrames, distinct};
+use super::regime::Regime;
 use super::stats::mean_ci;
 use super::summary::{labelled, seed_means};
 use crate::metrics::collapse::EventKind;
@@ -338,17 +339,12 @@ fn keep_only<T>(v: Vec<T>, keep: &[usize]) -> Vec<T> {
 /// Every plot of one regime's frames under `pdir`; returns the names of those made (a figure
 /// whose frame the folder does not keep, e.g. a slimmed run's layers or lengths, is left out
 /// rather than drawn empty).
-fn plots_in(
-    pdir: &Path,
-    f: &RunFrames,
-    regime: &str,
-    eps: &[&Endpoint],
-) -> Result<Vec<&'static str>> {
+fn plots_in(pdir: &Path, r: &Regime, eps: &[&Endpoint]) -> Result<Vec<&'static str>> {
+    let (f, regime) = (&r.frames, r.name.as_str());
     std::fs::create_dir_all(pdir).with_context(|| format!("creating {}", pdir.display()))?;
     // One regime's frames: series are named by arm alone.
     let multi = false;
-    let same = super::identical::identical_groups(&f.steps)?;
-    let mismatch = eps.iter().any(|e| e.claim == 'f');
+    let same = &r.same;
     forest(eps, regime).save(pdir, "forest")?;
     let (series, faint) = band_chart(&curves(&f.steps, multi, "step", "reward_mean")?, true);
     let mut chart = line(
@@ -425,7 +421,8 @@ fn plots_in(
         series,
         true,
     );
-    if mismatch {
+    // The R3 paper's values are about an engine that differs from the trainer.
+    if r.mismatch {
         mk.refs = vec![
             reference(1.5e-3, "R3 paper: MoE 1.5e-3"),
             reference(6.4e-4, "R3 paper: dense 6.4e-4"),
@@ -439,18 +436,18 @@ fn plots_in(
 /// Plots of every regime: `plots/<name>.png|svg` for a single-regime run, else
 /// `plots/<regime>/<name>.png|svg`. Returns (regime, folder relative to `dir`, the plots made)
 /// per folder.
-pub fn make_plots(dir: &Path, f: &RunFrames, eps: &[Endpoint]) -> Result<Vec<RegimePlots>> {
-    let regs = regimes(&f.steps);
+pub fn make_plots(dir: &Path, regs: &[Regime], eps: &[Endpoint]) -> Result<Vec<RegimePlots>> {
     let mine = |r: &str| eps.iter().filter(|e| e.regime == r).collect::<Vec<_>>();
-    if regs.len() <= 1 {
-        let r = regs.first().cloned().unwrap_or_default();
-        let made = plots_in(&dir.join("plots"), f, &r, &mine(&r))?;
-        return Ok(vec![(r, "plots".into(), made)]);
-    }
+    let single = regs.len() <= 1;
     let mut out = Vec::new();
     for r in regs {
-        let made = plots_in(&dir.join("plots").join(&r), &f.regime(&r)?, &r, &mine(&r))?;
-        out.push((r.clone(), format!("plots/{r}"), made));
+        let folder = if single {
+            "plots".to_string()
+        } else {
+            format!("plots/{}", r.name)
+        };
+        let made = plots_in(&dir.join(&folder), r, &mine(&r.name))?;
+        out.push((r.name.clone(), folder, made));
     }
     Ok(out)
 }

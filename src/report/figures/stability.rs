@@ -4,7 +4,8 @@
 //! control are grey.
 
 use crate::report::charts::{Chart, MapCell, MapPanel, StabilityMap};
-use crate::report::endpoints::{CONTROL_METRICS, Endpoint, REWARD_MARGIN};
+use crate::report::claims::CONTROL_METRICS;
+use crate::report::endpoints::{Endpoint, REWARD_MARGIN};
 use crate::report::load::distinct;
 use crate::report::regime::Regime;
 use crate::report::stats::mean_ci;
@@ -118,7 +119,9 @@ pub fn map_plots(dir: &Path, regs: &[Regime], eps: &[Endpoint]) -> Result<Option
 fn change(eps: &[Endpoint], what: &str, r: &Regime, arm: &str) -> MapCell {
     eps.iter()
         .find(|e| {
-            e.claim == 'l' && e.regime == r.name && e.what.starts_with(&format!("{what}, `{arm}` "))
+            e.claim == crate::experiment::Claim::Control
+                && e.regime == r.name
+                && e.what.starts_with(&format!("{what}, `{arm}` "))
         })
         .and_then(|e| e.est.as_ref())
         .map_or(MapCell::EMPTY, |x| MapCell {

@@ -265,7 +265,10 @@ pub fn sweep_plots(
         reference(-crate::report::endpoints::REWARD_MARGIN, "−δ"),
     ];
     chart.save(&pdir, "paired_reward")?;
-    if regs.first().is_some_and(|r| r.claims.contains(&'k')) {
+    if regs
+        .first()
+        .is_some_and(|r| r.claims.contains(&crate::experiment::Claim::DepthDrift))
+    {
         drift_fit(regs, axis)?.save(&pdir, "drift_fit")?;
     }
     Ok(Some(("plots/sweep".into(), axis.clone())))

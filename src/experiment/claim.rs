@@ -1,0 +1,105 @@
+//! The published claims a report can test, named in specs (`claims = ["a", "k"]`), in
+//! `config.json` and in `endpoints.json` by their letter. What each claim compares lives in
+//! `src/report/claims/`, one file per family; this module only names them, so that the
+//! experiment layer never imports the report.
+
+use serde::{Serialize, Serializer};
+use std::fmt;
+
+/// A claim the report knows, in report order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Claim {
+    /// (a) share of activated experts that change per update.
+    DriftShare,
+    /// (b) GRPO without Routing Replay against GRPO with R2/R3.
+    Replay,
+    /// (c) GSPO without replay not worse than GRPO with R2.
+    GspoStable,
+    /// (d) GSPO clips far more tokens than GRPO.
+    GspoClips,
+    /// (e) token-ratio noise accumulates with length; the length-normalised ratio does not.
+    RatioVariance,
+    /// (f) the engine/trainer mismatch: MoE above dense, R3 below native.
+    Mismatch,
+    /// (g) tokens with an engine/trainer ratio beyond 2: MoE above dense, R3 below native.
+    ExtremeShare,
+    /// (h) GVPO at least as good as GRPO, on- and off-policy.
+    GvpoReward,
+    /// (i) truncated importance sampling against the engine helps GRPO.
+    TisReward,
+    /// (j) GSPO reaches GRPO + R2's reward with less compute.
+    ComputeToReach,
+    /// (k) more experts change per update in deeper models.
+    DepthDrift,
+    /// (l) every arm against its regime's control (the stability map).
+    Control,
+}
+
+/// The letters of the claims, in [`Claim::ALL`] order.
+pub const CLAIM_LETTERS: &[char] = &['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l'];
+/// The claims a spec that names none tests: (a)–(f), the flagship's family.
+pub const DEFAULT_CLAIMS: &[char] = &['a', 'b', 'c', 'd', 'e', 'f'];
+
+impl Claim {
+    pub const ALL: [Claim; 12] = [
+        Claim::DriftShare,
+        Claim::Replay,
+        Claim::GspoStable,
+        Claim::GspoClips,
+        Claim::RatioVariance,
+        Claim::Mismatch,
+        Claim::ExtremeShare,
+        Claim::GvpoReward,
+        Claim::TisReward,
+        Claim::ComputeToReach,
+        Claim::DepthDrift,
+        Claim::Control,
+    ];
+
+    /// The claim's letter.
+    pub fn letter(self) -> char {
+        CLAIM_LETTERS[self as usize]
+    }
+
+    /// The claim of a letter; None for a letter no claim has.
+    pub fn from_letter(c: char) -> Option<Claim> {
+        Claim::ALL.into_iter().find(|x| x.letter() == c)
+    }
+
+    /// Claims of letters a spec has already validated (unknown letters are dropped).
+    pub fn of_letters(letters: &[char]) -> Vec<Claim> {
+        letters
+            .iter()
+            .filter_map(|c| Claim::from_letter(*c))
+            .collect()
+    }
+}
+
+impl fmt::Display for Claim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.letter())
+    }
+}
+
+/// As its letter, the form specs and reports have always used.
+impl Serialize for Claim {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_char(self.letter())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn letters_and_claims_correspond_one_to_one() {
+        assert_eq!(CLAIM_LETTERS.len(), Claim::ALL.len());
+        for (i, c) in Claim::ALL.into_iter().enumerate() {
+            assert_eq!(c as usize, i);
+            assert_eq!(Claim::from_letter(c.letter()), Some(c));
+        }
+        assert_eq!(Claim::from_letter('z'), None);
+        assert_eq!(serde_json::to_string(&Claim::DepthDrift).unwrap(), "\"k\"");
+    }
+}

@@ -1,0 +1,91 @@
+//! The claims the report tests, as one registry. Each claim has a heading, its endpoints
+//! (declared here in code, before any run is read) and the context line written under its
+//! table. There is one file per claim family, and [`def`] is the one `match` from a [`Claim`]
+//! to its definition. Adding a claim takes a [`Claim`] variant, a [`ClaimDef`] constant in its
+//! family's file and an arm in [`def`].
+
+mod compare;
+mod control;
+mod drift;
+mod mismatch;
+mod objectives;
+mod ratios;
+mod replay;
+#[cfg(test)]
+mod tests;
+
+pub use compare::RegimeData;
+pub use control::CONTROL_METRICS;
+
+use crate::experiment::Claim;
+use crate::report::endpoints::Endpoint;
+use crate::report::regime::Regime;
+use anyhow::Result;
+
+/// Where a claim's endpoints come from.
+pub enum Scope {
+    /// Each regime on its own.
+    PerRegime(fn(&RegimeData, &mut Vec<Endpoint>) -> Result<()>),
+    /// All regimes together (a sweep's fit, regimes against their controls); their endpoints
+    /// follow every per-regime one.
+    AcrossRegimes(fn(&[Regime]) -> Vec<Endpoint>),
+}
+
+/// A claim's definition: what the report prints above its table, how its endpoints are
+/// declared, and the line each regime writes under the table.
+pub struct ClaimDef {
+    pub heading: &'static str,
+    pub scope: Scope,
+    pub context: fn(&mut String, &Regime) -> Result<()>,
+}
+
+/// The definition of a claim.
+pub fn def(c: Claim) -> ClaimDef {
+    match c {
+        Claim::DriftShare => drift::SHARE,
+        Claim::Replay => replay::REPLAY,
+        Claim::GspoStable => objectives::GSPO_STABLE,
+        Claim::GspoClips => ratios::CLIPS,
+        Claim::RatioVariance => ratios::VARIANCE,
+        Claim::Mismatch => mismatch::KL,
+        Claim::ExtremeShare => mismatch::EXTREME,
+        Claim::GvpoReward => objectives::GVPO,
+        Claim::TisReward => mismatch::TIS,
+        Claim::ComputeToReach => objectives::COMPUTE,
+        Claim::DepthDrift => drift::DEPTH,
+        Claim::Control => control::CONTROL,
+    }
+}
+
+/// The endpoints of one regime's declared per-regime claims, in claim order.
+pub fn declare_regime(r: &RegimeData) -> Result<Vec<Endpoint>> {
+    let mut out = Vec::new();
+    for c in Claim::ALL.into_iter().filter(|c| r.claims.contains(c)) {
+        if let Scope::PerRegime(f) = def(c).scope {
+            f(r, &mut out)?;
+        }
+    }
+    Ok(out)
+}
+
+/// Every endpoint of the run's declared claims: each regime's, then those across regimes.
+pub fn declare(regs: &[Regime]) -> Result<Vec<Endpoint>> {
+    let mut eps = Vec::new();
+    for r in regs {
+        eps.extend(declare_regime(&RegimeData {
+            name: &r.name,
+            arms: &r.arms,
+            frames: &r.frames,
+            same: &r.same,
+            mismatch: r.mismatch,
+            claims: &r.claims,
+        })?);
+    }
+    let declared = regs.first().map_or(&[][..], |r| r.claims.as_slice());
+    for c in Claim::ALL.into_iter().filter(|c| declared.contains(c)) {
+        if let Scope::AcrossRegimes(f) = def(c).scope {
+            eps.extend(f(regs));
+        }
+    }
+    Ok(eps)
+}

@@ -1,0 +1,109 @@
+//! Claim (b): GRPO without Routing Replay against GRPO with R2 and R3.
+
+use super::compare::{RegimeData, ci, name, not_measured, reward_gain, twins};
+use super::{ClaimDef, Scope};
+use crate::experiment::Claim;
+use crate::report::endpoints::{Claimed, Endpoint};
+use crate::report::paired::Scale;
+use crate::report::regime::Regime;
+use crate::report::roles::{collapses, n, ratio_explosions};
+use crate::report::summary::ArmSummary;
+use crate::rl::RoutingMode;
+use anyhow::Result;
+use std::fmt::Write as _;
+
+/// (b)
+pub(super) const REPLAY: ClaimDef = ClaimDef {
+    heading: "**(b) GRPO without replay is less stable than with R2/R3** (GSPO paper: without replay the reward decays).",
+    scope: Scope::PerRegime(|r, out| {
+        replay(r, out);
+        Ok(())
+    }),
+    context: replay_line,
+};
+
+/// (b) final reward of GRPO with replay minus without; ratio explosions (secondary).
+pub(super) fn replay(r: &RegimeData, out: &mut Vec<Endpoint>) {
+    let a = r.arms;
+    let (Some(g), r2, r3) = (
+        a.grpo(RoutingMode::Native),
+        a.grpo(RoutingMode::R2),
+        a.grpo(RoutingMode::R3),
+    ) else {
+        return;
+    };
+    for rep in [r2, r3].into_iter().flatten() {
+        let mut e = reward_gain(Claim::Replay, r, g, rep, Claimed::Greater);
+        if let (Some(x), true) = (r2, rep.routing == "r3")
+            && twins(r.same, &x.name, &rep.name)
+        {
+            e.note = Some(format!(
+                "same as {} (identical arms): not counted twice",
+                name(x)
+            ));
+            e.primary = false;
+        }
+        out.push(e);
+    }
+    if let Some(rep) = r2 {
+        out.push(
+            Endpoint::new(
+                Claim::Replay,
+                r.name,
+                format!(
+                    "cells with a token-ratio explosion, {} − {}",
+                    name(g),
+                    name(rep)
+                ),
+                Scale::Difference,
+                Claimed::Greater,
+            )
+            .margin(0.5)
+            .secondary()
+            .pair(rep, g, "ratio_explosion"),
+        );
+    }
+}
+
+/// (b): GRPO without replay against GRPO with R2 and R3.
+pub(super) fn replay_line(md: &mut String, r: &Regime) -> Result<()> {
+    let a = &r.arms;
+    let (g, r2, r3) = (
+        a.grpo(RoutingMode::Native),
+        a.grpo(RoutingMode::R2),
+        a.grpo(RoutingMode::R3),
+    );
+    let Some(g) = g.filter(|_| r2.is_some() || r3.is_some()) else {
+        return not_measured(
+            md,
+            r,
+            "a GRPO arm with native routing and one with r2 or r3",
+        );
+    };
+    let mut line = format!(
+        "- `{}`: final reward {} {}",
+        r.name,
+        n(g),
+        ci(&g.final_reward)
+    );
+    for rep in [r2, r3].into_iter().flatten() {
+        write!(line, ", {} {}", n(rep), ci(&rep.final_reward))?;
+    }
+    let cells = |f: fn(&ArmSummary) -> usize| {
+        [Some(g), r2, r3]
+            .into_iter()
+            .flatten()
+            .map(|a| f(a).to_string())
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    writeln!(
+        line,
+        "; collapsed cells {}; cells with a token-ratio explosion {} (of {} seeds).",
+        cells(collapses),
+        cells(ratio_explosions),
+        g.seeds
+    )?;
+    md.push_str(&line);
+    Ok(())
+}

@@ -1,0 +1,135 @@
+//! The claims' endpoints by hand.
+
+use super::compare::{RegimeData, reward_gain};
+use super::declare_regime as declare;
+use super::mismatch::{EXTREME_MARGIN, extreme};
+use crate::experiment::Claim;
+use crate::model::FfnKind;
+use crate::report::RunFrames;
+use crate::report::endpoints::Claimed;
+use crate::report::roles::Arms;
+use crate::report::run_info::Identity;
+use crate::report::summary::ArmSummary;
+use crate::rl::AlgorithmKind;
+use crate::rl::RoutingMode;
+use polars::prelude::DataFrame;
+
+fn id(routing: RoutingMode, ffn: FfnKind) -> Identity {
+    Identity {
+        algorithm: AlgorithmKind::Grpo,
+        routing,
+        ffn,
+        default_knobs: true,
+        tis: false,
+    }
+}
+
+fn arms_and_frames(x: &str) -> (Arms, RunFrames) {
+    // MoE 1e-4 and 3e-5 in two seeds; dense none beyond 2 at all; R3 none either.
+    let arms = Arms {
+        arms: vec![
+            (
+                ArmSummary::blank("grpo", &[(x, vec![1e-4, 3e-5])]),
+                id(RoutingMode::Native, FfnKind::Moe),
+            ),
+            (
+                ArmSummary::blank("grpo_r3", &[(x, vec![0.0, 0.0])]),
+                id(RoutingMode::R3, FfnKind::Moe),
+            ),
+            (
+                ArmSummary::blank("dense", &[(x, vec![0.0, 0.0])]),
+                id(RoutingMode::Native, FfnKind::Dense),
+            ),
+        ],
+    };
+    let empty = RunFrames {
+        steps: DataFrame::empty(),
+        updates: DataFrame::empty(),
+        layers: DataFrame::empty(),
+        lengths: DataFrame::empty(),
+        events: DataFrame::empty(),
+    };
+    (arms, empty)
+}
+
+/// No pseudo-count: the shares are compared as a difference, the seeds with any such token
+/// (1 or 0 per seed) beside it, and neither depends on an ε.
+#[test]
+fn the_beyond_two_share_is_compared_by_difference_and_seeds_with_any() {
+    let x = "mismatch_extreme_frac";
+    let (arms, empty) = arms_and_frames(x);
+    let mut r = RegimeData {
+        name: "bf16",
+        arms: &arms,
+        frames: &empty,
+        same: &[],
+        mismatch: true,
+        claims: &[Claim::ExtremeShare],
+    };
+    let mut out = Vec::new();
+    extreme(&r, &mut out);
+    assert_eq!(out.len(), 4);
+    let diffs = |k: usize| out[k].est.as_ref().unwrap().diffs.clone();
+    // MoE − dense: the share difference (primary, δ one token of a cell), then the seeds
+    // with any such token (secondary): both seeds in MoE, none in dense.
+    assert_eq!(diffs(0), vec![1e-4, 3e-5]);
+    assert_eq!(
+        (out[0].claimed, out[0].margin),
+        (Claimed::Greater, EXTREME_MARGIN)
+    );
+    assert!(out[0].primary);
+    assert_eq!(diffs(1), vec![1.0, 1.0]);
+    assert!(!out[1].primary);
+    // R3 − native: the negatives.
+    assert_eq!(diffs(2), vec![-1e-4, -3e-5]);
+    assert_eq!(out[2].claimed, Claimed::Less);
+    assert_eq!(diffs(3), vec![-1.0, -1.0]);
+    // Without a mismatch there is nothing to compare; an undeclared claim makes nothing.
+    r.mismatch = false;
+    let mut none = Vec::new();
+    extreme(&r, &mut none);
+    assert!(none.is_empty());
+    r.mismatch = true;
+    r.claims = &[Claim::DriftShare];
+    assert!(
+        declare(&r)
+            .unwrap()
+            .iter()
+            .all(|e| e.claim == Claim::DriftShare)
+    );
+}
+
+/// Arms that ran bitwise-identical trajectories are compared, but outside Holm's family:
+/// a difference that is 0 by construction is no evidence.
+#[test]
+fn identical_arms_are_out_of_holms_family() {
+    let x = "final_reward";
+    let (arms, empty) = arms_and_frames(x);
+    let same = vec![vec!["grpo".to_string(), "grpo_r3".to_string()]];
+    let r = RegimeData {
+        name: "n1",
+        arms: &arms,
+        frames: &empty,
+        same: &same,
+        mismatch: false,
+        claims: &[Claim::Replay],
+    };
+    let g = &arms.arms[0].0;
+    let r3 = &arms.arms[1].0;
+    let mut eps = vec![
+        reward_gain(Claim::Replay, &r, g, r3, Claimed::Greater),
+        reward_gain(Claim::Replay, &r, &arms.arms[2].0, g, Claimed::Greater),
+    ];
+    assert!(!eps[0].primary);
+    assert!(
+        eps[0]
+            .note
+            .as_deref()
+            .unwrap()
+            .contains("bitwise-identical")
+    );
+    assert!(eps[1].primary);
+    crate::report::endpoints::evaluate(&mut eps, false);
+    assert_eq!(eps[0].verdict, crate::report::endpoints::Verdict::Secondary);
+    assert!(eps[0].p_holm.is_nan());
+}
