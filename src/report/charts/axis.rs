@@ -58,7 +58,8 @@ impl Ranged for YAxis {
             return Vec::new();
         }
         let r = self.inner.range();
-        log_ticks(r.start, r.end, hint.max_num_points())
+        // At most 7 labels: a log axis reads by its decades, and stacked panels are short.
+        log_ticks(r.start, r.end, hint.max_num_points().min(7))
     }
 
     fn axis_pixel_range(&self, limit: (i32, i32)) -> std::ops::Range<i32> {
@@ -94,15 +95,21 @@ pub(crate) fn log_ticks(l0: f64, l1: f64, max: usize) -> Vec<f64> {
         let step = cands[1].len().div_ceil(max);
         return cands[1].iter().step_by(step).copied().collect();
     }
-    if let Some(t) = cands.iter().rev().find(|t| t.len() >= 2 && t.len() <= max) {
-        return t.clone();
-    }
-    RangedCoordf64::from(10f64.powf(l0)..10f64.powf(l1))
+    // Less than a decade: round values of a linear axis over the same real range, unless
+    // they give fewer ticks than the round multiples do.
+    let linear: Vec<f64> = RangedCoordf64::from(10f64.powf(l0)..10f64.powf(l1))
         .key_points(max)
         .into_iter()
         .filter(|v| *v > 0.0)
         .map(f64::log10)
-        .collect()
+        .collect();
+    if linear.len() >= 3 {
+        return linear;
+    }
+    match cands.iter().rev().find(|t| t.len() >= 2 && t.len() <= max) {
+        Some(t) => t.clone(),
+        None => linear,
+    }
 }
 
 /// The label of a log-axis tick at `l` (= log10 y): y itself, to three significant digits,

@@ -284,15 +284,20 @@ impl Chart for LineChart {
         let log = self.log_y;
         // A tick at 0 computed as a sum of steps comes out as float noise (−5.6e-17).
         let zero = 1e-9 * (y1 - y0).abs();
+        // One format per axis: e-notation when the whole axis is below 0.01 or beyond 1000,
+        // else decimals (trailing zeros trimmed), never a mix of the two.
+        let span = y0.abs().max(y1.abs());
+        let sci = !(0.01..1000.0).contains(&span);
         let fmt = move |v: &f64| {
             if log {
                 log_label(*v)
             } else if v.abs() <= zero {
                 "0".to_string()
-            } else if v.abs() >= 1000.0 || (v.abs() < 0.01 && *v != 0.0) {
+            } else if sci {
                 format!("{v:.1e}")
             } else {
-                format!("{v:.3}")
+                let s = format!("{v:.4}");
+                s.trim_end_matches('0').trim_end_matches('.').to_string()
             }
         };
         let y_label = axis_label(&self.y_label, self.log_y);
@@ -315,7 +320,8 @@ impl Chart for LineChart {
             mesh.x_labels((x1 - x0).round() as usize + 1)
                 .x_label_formatter(&integer)
                 .disable_x_mesh();
-        } else if x0.abs().max(x1.abs()) >= 1e3 {
+        } else {
+            // Integers without ".0", thousands as "50k".
             mesh.x_label_formatter(&xfmt);
         }
         mesh.draw().map_err(err)?;
