@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The README's Devices table on any machine with a GPU, in one log: the MoE layer, a toy and a
+# `medium` RL step on `--device wgpu` and on flex with every CPU thread of the same host, then
+# `driftlab check --device wgpu` against the committed (CPU) baseline.
+#
+#   scripts/gpu_check.sh [path/to/driftlab] [log file]
+#
+# Run from the repository root (check reads experiments/ and results/baselines/). Needs a
+# Vulkan loader (libvulkan1) and the GPU driver's Vulkan ICD; nothing else. Each command's
+# exit status is logged and the script goes on, so one failure does not hide the rest.
+set -uo pipefail
+bin=${1:-./target/release/driftlab}
+log=${2:-gpu_check.log}
+threads=$(nproc)
+run() {
+  echo "## $*"
+  local t0=$SECONDS
+  "$@" 2>&1
+  echo "rc $? (${SECONDS}s wall, $((SECONDS - t0))s this command)"
+}
+{
+  echo "# driftlab gpu_check, $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -4
+  grep -m1 "model name" /proc/cpuinfo
+  echo "threads: $threads"
+  run "$bin" --device wgpu bench --layer-only --reps 10
+  run "$bin" bench --layer-only --reps 10 --threads "$threads"
+  run "$bin" --device wgpu bench --rl --preset toy --reps 5
+  run "$bin" bench --rl --preset toy --reps 5 --threads "$threads"
+  run "$bin" --device wgpu bench --rl --preset medium --reps 1
+  run "$bin" bench --rl --preset medium --reps 1 --threads "$threads"
+  run "$bin" --device wgpu check
+} | tee "$log"
