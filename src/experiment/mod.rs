@@ -8,8 +8,11 @@ pub mod resume;
 pub mod runner;
 pub mod shard;
 pub mod spec;
+pub mod status;
+mod version;
 
 pub use cell::CellConfig;
-pub use runner::{CellState, CellStatus, RunOptions, run_experiment};
+pub use runner::{RunOptions, run_experiment};
 pub use shard::Shard;
 pub use spec::{ArmSpec, CLAIM_LETTERS, DEFAULT_CLAIMS, ExperimentSpec, MapAt, RegimeSpec};
+pub use status::{CellState, CellStatus};
