@@ -2,6 +2,7 @@
 //! Speed is reported here, never asserted by tests.
 
 pub mod preset;
+pub mod timing;
 
 use crate::coldstart::sft_loss;
 use crate::generate::{Sampling, generate};
@@ -16,27 +17,7 @@ use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand_distr::{Distribution, Normal};
 use std::time::Instant;
-
-/// Median of `reps` timings (seconds) of `f`, after 3 warm-up calls.
-pub fn median_secs(reps: usize, mut f: impl FnMut()) -> f64 {
-    for _ in 0..3 {
-        f();
-    }
-    median((0..reps.max(1)).map(|_| secs(&mut f)).collect())
-}
-
-/// Seconds one call of `f` takes.
-fn secs(mut f: impl FnMut()) -> f64 {
-    let t = Instant::now();
-    f();
-    t.elapsed().as_secs_f64()
-}
-
-/// The upper median of `v` (non-empty).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
+use timing::median_secs;
 
 /// One MoE layer forward+backward at the reference shape (tokens 4096, d 64, 8 experts, top-2,
 /// SwiGLU d_ff 128), loss `mean(out²)`, as `../shared/bench/torch_moe_layer.py` does: median
@@ -47,6 +28,7 @@ pub fn moe_layer_ms(device: &Device, reps: usize) -> (f64, Option<f64>) {
     #[cfg(feature = "flex")]
     if crate::tensors::is_host(device) {
         use crate::model::fused::with_fused;
+        use timing::{median, secs};
         let (mut a, mut b) = (Vec::new(), Vec::new());
         // Three warm-up rounds, then one timed call of each path per round.
         for r in 0..reps.max(1) + 3 {
