@@ -1,5 +1,5 @@
-//! `driftlab bench`: medians of train/generation throughput and of one MoE layer fwd+bwd.
-//! Speed is reported here, never asserted by tests.
+//! The benchmarks of `driftlab bench` (`commands/bench.rs`): medians of train/generation
+//! throughput and of one MoE layer fwd+bwd. Speed is reported, never asserted by tests.
 
 pub mod preset;
 pub mod timing;
@@ -273,47 +273,4 @@ pub fn adamw_secs(preset: Preset, device: &Device, reps: usize) -> Result<(f64, 
     let tensor = time(false);
     let fused = crate::tensors::is_host(device).then(|| time(true));
     Ok((tensor, fused))
-}
-
-pub fn run(
-    device: &Device,
-    reps: usize,
-    layer_only: bool,
-    rl: bool,
-    preset: Option<Preset>,
-) -> Result<()> {
-    if let Some(p) = preset {
-        anyhow::ensure!(rl, "--preset selects the RL step benchmark: add --rl");
-        return preset::rl_preset(p, device, reps);
-    }
-    if rl {
-        rl_step(device, reps)?;
-    }
-    let (ms, fused) = moe_layer_ms(device, reps);
-    let fused = fused.map_or(String::new(), |f| {
-        format!("; fused expert node {f:.2} ({:.2}x)", ms / f)
-    });
-    println!(
-        "moe_layer_fwd_bwd_ms (tokens 4096, d 64, 8 experts, top-2, d_ff 128): median {ms:.2}{fused}"
-    );
-    if layer_only {
-        return Ok(());
-    }
-    for preset in [Preset::Toy, Preset::Small] {
-        let (train_tps, gen_tps) = model_throughput(preset, device, reps)?;
-        println!(
-            "{preset}: train fwd+bwd {train_tps:.0} tokens/s (median), generation {gen_tps:.0} tokens/s (median, untrained model, 128 prompts)"
-        );
-    }
-    for preset in [Preset::Toy, Preset::Medium] {
-        let (tensor, fused) = adamw_secs(preset, device, reps.min(5))?;
-        let fused = fused.map_or("no fused path on this device".into(), |f| {
-            format!("fused host pass {:.1} ms ({:.1}x)", f * 1e3, tensor / f)
-        });
-        println!(
-            "adamw step ({preset} weights): tensor ops {:.1} ms, {fused} (medians)",
-            tensor * 1e3
-        );
-    }
-    Ok(())
 }

@@ -1,5 +1,6 @@
 //! Named experiments: specs, the cells they resolve to, and the runner over those cells.
 
+pub mod catalog;
 pub mod cell;
 pub mod cell_groups;
 mod figure_keys;
@@ -11,6 +12,7 @@ pub mod spec;
 pub mod status;
 mod version;
 
+pub use catalog::{find_spec, list_specs};
 pub use cell::CellConfig;
 pub use runner::{RunOptions, run_experiment};
 pub use shard::Shard;
