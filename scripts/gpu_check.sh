@@ -6,8 +6,11 @@
 #   scripts/gpu_check.sh [path/to/driftlab] [log file]
 #
 # Run from the repository root (check reads experiments/ and results/baselines/). Needs a
-# Vulkan loader (libvulkan1) and the GPU driver's Vulkan ICD; nothing else. Each command's
-# exit status is logged and the script goes on, so one failure does not hide the rest.
+# Vulkan loader and glvnd (Debian: libvulkan1 libglvnd0 libglx0 libegl1 libgl1 libopengl0)
+# and the GPU driver's Vulkan ICD; on NVIDIA containers set
+# VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json if no adapter is found.
+# Each command's exit status is logged and the script goes on, so one failure does not hide
+# the rest.
 set -uo pipefail
 bin=${1:-./target/release/driftlab}
 log=${2:-gpu_check.log}

@@ -59,6 +59,19 @@ impl DeviceChoice {
     }
 }
 
+// The options of every command (`--device`, `--threads`), given before or after its name; the
+// top-level parser and the task line `driftlab slurm` checks both flatten them. (A plain
+// comment: a doc comment here would become the help text of the commands that flatten it.)
+#[derive(clap::Args, Clone, Debug)]
+pub struct DeviceArgs {
+    /// Compute device.
+    #[arg(long, global = true, default_value = "flex")]
+    pub device: DeviceChoice,
+    /// Rayon threads for the flex backend (default: all cores).
+    #[arg(long, global = true)]
+    pub threads: Option<usize>,
+}
+
 #[cfg(feature = "flex")]
 fn flex() -> Result<Device> {
     Ok(Device::flex())

@@ -1,9 +1,38 @@
 //! driftlab: routing-stability simulator for MoE language models under RL post-training.
+//!
+//! # Layers
+//!
+//! The modules form layers, listed bottom up. A module imports from its own layer and the
+//! layers below it, never from a layer above; `tests/source_shape.rs` checks that the file
+//! graph has no import cycle and that the layer rules hold.
+//!
+//! 1. **Utilities**, no simulation in them: [`io`] (Parquet, CSV, JSON, atomic writes),
+//!    [`hash`] (stable hashes, seeds of random streams), [`lock`] (lock files for work several
+//!    processes share), [`names`] (typed names of closed sets), [`progress`] (bars and log
+//!    lines), [`parallel`] (order-stable parallel maps), [`host`] (the machine a run ran on),
+//!    [`device`] (`--device`, `--threads`), [`tensors`] and [`fastmath`] (host/device
+//!    conversions, vectorisable `exp` and sigmoid).
+//! 2. **The model and the task**: [`model`] (the instrumented MoE transformer and its fused
+//!    CPU path), [`task`] (the verifiable tasks, their tokenizer, rewards and eval sets),
+//!    [`optim`] (AdamW with parameter groups and global gradient clipping).
+//! 3. **Training**: [`generate`] (sampling with routing traces), [`coldstart`] (the supervised
+//!    cold start and its cache), [`rl`] (rollouts, objectives, routing modes, drift knobs, the
+//!    trainer).
+//! 4. **Measurement**: [`metrics`] (per-step, per-update and per-layer rows, collapse events,
+//!    the frames' schema).
+//! 5. **Experiments**: [`experiment`] (specs, cells, the runner, shards, resume, merge),
+//!    [`bench`](mod@bench) (throughput measurements).
+//! 6. **The report** of a results folder: [`report`] (summaries, statistics, plots,
+//!    report.md), and [`check`] (the CI regression against a baseline, which reads it).
+//! 7. **Commands**: [`cli`] (the top-level parser) and [`commands`] (one file per subcommand:
+//!    its arguments and what it runs). Nothing below imports them; `main.rs` only parses and
+//!    dispatches.
 
 pub mod bench;
 pub mod check;
 pub mod cli;
 pub mod coldstart;
+pub mod commands;
 pub mod device;
 pub mod experiment;
 pub mod fastmath;
@@ -11,7 +40,6 @@ pub mod generate;
 pub mod hash;
 pub mod host;
 pub mod io;
-pub mod learn;
 pub mod lock;
 pub mod metrics;
 pub mod model;
@@ -21,8 +49,6 @@ pub mod parallel;
 pub mod progress;
 pub mod report;
 pub mod rl;
-pub mod run;
-pub mod slurm;
 pub mod task;
 pub mod tensors;
 

@@ -5,7 +5,7 @@ use clap::Parser;
 fn main() {
     driftlab::keep_freed_memory();
     let cli = driftlab::cli::Cli::parse();
-    if let Err(e) = driftlab::run::run(cli) {
+    if let Err(e) = driftlab::commands::run(cli) {
         eprintln!("error: {e}");
         for cause in e.chain().skip(1) {
             eprintln!("  caused by: {cause}");

@@ -417,7 +417,7 @@ fn identical_arms_are_merged_in_the_report() {
 
 #[test]
 fn every_named_experiment_parses_resolves_and_says_what_it_is() {
-    let specs = driftlab::run::list_specs(std::path::Path::new("experiments")).unwrap();
+    let specs = driftlab::experiment::list_specs(std::path::Path::new("experiments")).unwrap();
     assert!(specs.len() >= 3, "{} specs", specs.len());
     for (name, spec) in specs {
         let spec = spec.unwrap_or_else(|e| panic!("experiments/{name}.toml: {e:#}"));

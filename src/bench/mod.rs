@@ -1,7 +1,8 @@
-//! `driftlab bench`: medians of train/generation throughput and of one MoE layer fwd+bwd.
-//! Speed is reported here, never asserted by tests.
+//! The benchmarks of `driftlab bench` (`commands/bench.rs`): medians of train/generation
+//! throughput and of one MoE layer fwd+bwd. Speed is reported, never asserted by tests.
 
 pub mod preset;
+pub mod timing;
 
 use crate::coldstart::sft_loss;
 use crate::generate::{Sampling, generate};
@@ -16,27 +17,7 @@ use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand_distr::{Distribution, Normal};
 use std::time::Instant;
-
-/// Median of `reps` timings (seconds) of `f`, after 3 warm-up calls.
-pub fn median_secs(reps: usize, mut f: impl FnMut()) -> f64 {
-    for _ in 0..3 {
-        f();
-    }
-    median((0..reps.max(1)).map(|_| secs(&mut f)).collect())
-}
-
-/// Seconds one call of `f` takes.
-fn secs(mut f: impl FnMut()) -> f64 {
-    let t = Instant::now();
-    f();
-    t.elapsed().as_secs_f64()
-}
-
-/// The upper median of `v` (non-empty).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
+use timing::median_secs;
 
 /// One MoE layer forward+backward at the reference shape (tokens 4096, d 64, 8 experts, top-2,
 /// SwiGLU d_ff 128), loss `mean(out²)`, as `../shared/bench/torch_moe_layer.py` does: median
@@ -47,6 +28,7 @@ pub fn moe_layer_ms(device: &Device, reps: usize) -> (f64, Option<f64>) {
     #[cfg(feature = "flex")]
     if crate::tensors::is_host(device) {
         use crate::model::fused::with_fused;
+        use timing::{median, secs};
         let (mut a, mut b) = (Vec::new(), Vec::new());
         // Three warm-up rounds, then one timed call of each path per round.
         for r in 0..reps.max(1) + 3 {
@@ -291,47 +273,4 @@ pub fn adamw_secs(preset: Preset, device: &Device, reps: usize) -> Result<(f64, 
     let tensor = time(false);
     let fused = crate::tensors::is_host(device).then(|| time(true));
     Ok((tensor, fused))
-}
-
-pub fn run(
-    device: &Device,
-    reps: usize,
-    layer_only: bool,
-    rl: bool,
-    preset: Option<Preset>,
-) -> Result<()> {
-    if let Some(p) = preset {
-        anyhow::ensure!(rl, "--preset selects the RL step benchmark: add --rl");
-        return preset::rl_preset(p, device, reps);
-    }
-    if rl {
-        rl_step(device, reps)?;
-    }
-    let (ms, fused) = moe_layer_ms(device, reps);
-    let fused = fused.map_or(String::new(), |f| {
-        format!("; fused expert node {f:.2} ({:.2}x)", ms / f)
-    });
-    println!(
-        "moe_layer_fwd_bwd_ms (tokens 4096, d 64, 8 experts, top-2, d_ff 128): median {ms:.2}{fused}"
-    );
-    if layer_only {
-        return Ok(());
-    }
-    for preset in [Preset::Toy, Preset::Small] {
-        let (train_tps, gen_tps) = model_throughput(preset, device, reps)?;
-        println!(
-            "{preset}: train fwd+bwd {train_tps:.0} tokens/s (median), generation {gen_tps:.0} tokens/s (median, untrained model, 128 prompts)"
-        );
-    }
-    for preset in [Preset::Toy, Preset::Medium] {
-        let (tensor, fused) = adamw_secs(preset, device, reps.min(5))?;
-        let fused = fused.map_or("no fused path on this device".into(), |f| {
-            format!("fused host pass {:.1} ms ({:.1}x)", f * 1e3, tensor / f)
-        });
-        println!(
-            "adamw step ({preset} weights): tensor ops {:.1} ms, {fused} (medians)",
-            tensor * 1e3
-        );
-    }
-    Ok(())
 }

@@ -2,6 +2,7 @@
 //! split into their phases, with tokens/s, the achieved GFLOP/s of the train forward+backward
 //! and the process's peak resident memory.
 
+use super::timing::{median, secs};
 use crate::coldstart::{ColdStartConfig, cached};
 use crate::model::{Model, ModelConfig, Preset};
 use crate::rl::{RlConfig, StepOutput, Trainer};
@@ -174,7 +175,7 @@ fn purge_ratio(model: &Model, task: &Task, reps: usize) -> Result<()> {
     for i in 0..2 * reps.max(1) + 1 {
         let never = i % 2 == 1;
         crate::set_purge_delay_ms(if never { -1 } else { 1000 });
-        let s = super::secs(|| {
+        let s = secs(|| {
             pool.install(|| t.step());
         });
         match i {
@@ -184,7 +185,7 @@ fn purge_ratio(model: &Model, task: &Task, reps: usize) -> Result<()> {
         }
     }
     crate::set_purge_delay_ms(before);
-    let (k, p) = (super::median(keep), super::median(purge));
+    let (k, p) = (median(keep), median(purge));
     println!(
         "allocator (1 thread, probe off, {} alternating steps each, medians): freed memory kept {k:.3}s per step, mimalloc's default 1 s purge delay {p:.3}s; kept/purged time {:.2}",
         reps.max(1),

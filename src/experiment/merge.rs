@@ -4,8 +4,8 @@
 
 use super::cell::CellConfig;
 use super::resume::{CellName, finished_statuses, name_of, rows_of, show};
-use super::runner::CellStatus;
 use super::shard::SHARDS_DIR;
+use super::status::CellStatus;
 use crate::io::{read_parquet, write_json};
 use crate::metrics::frames::{Frame, Frames};
 use anyhow::{Context, Result, bail};

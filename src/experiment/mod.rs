@@ -1,5 +1,6 @@
 //! Named experiments: specs, the cells they resolve to, and the runner over those cells.
 
+pub mod catalog;
 pub mod cell;
 pub mod cell_groups;
 pub mod claim;
@@ -9,9 +10,13 @@ pub mod resume;
 pub mod runner;
 pub mod shard;
 pub mod spec;
+pub mod status;
+mod version;
 
+pub use catalog::{find_spec, list_specs};
 pub use cell::CellConfig;
 pub use claim::{CLAIM_LETTERS, Claim, DEFAULT_CLAIMS};
-pub use runner::{CellState, CellStatus, RunOptions, run_experiment};
+pub use runner::{RunOptions, run_experiment};
 pub use shard::Shard;
 pub use spec::{ArmSpec, ExperimentSpec, MapAt, RegimeSpec};
+pub use status::{CellState, CellStatus};

@@ -3,8 +3,8 @@
 //! flushed; the others are run again from their first step, their partial rows dropped.
 
 use super::cell::CellConfig;
-use super::runner::{CellState, CellStatus};
 use super::shard::Shard;
+use super::status::{CellState, CellStatus};
 use crate::io::read_parquet;
 use crate::metrics::frames::{Frames, i64_col, str_col};
 use anyhow::{Context, Result, bail};
@@ -112,7 +112,7 @@ pub fn load(dir: &Path, cells: &[CellConfig], shard: Option<Shard>) -> Result<Pr
             shard.map(|s| s.to_string())
         );
     }
-    let version = (env!("CARGO_PKG_VERSION"), super::runner::git_commit());
+    let version = (env!("CARGO_PKG_VERSION"), super::version::git_commit());
     let theirs_v = (
         cfg.get("crate_version")
             .and_then(Value::as_str)

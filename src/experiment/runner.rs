@@ -4,6 +4,8 @@
 use super::cell::CellConfig;
 use super::shard::Shard;
 use super::spec::ExperimentSpec;
+use super::status::{CellState, CellStatus};
+use super::version::git_commit;
 use crate::coldstart::{ColdStart, load_or_train};
 use crate::generate::Sampling;
 use crate::io::write_json;
@@ -20,7 +22,7 @@ use crate::task::Task;
 use anyhow::{Context, Result};
 use burn::tensor::Device;
 use rand::SeedableRng;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -49,36 +51,6 @@ pub struct RunOptions {
     pub on_step: Option<OnStep>,
 }
 
-crate::named_enum! {
-    /// How a cell ended.
-    pub enum CellState("cell status") {
-        /// Every step ran.
-        Ok = "ok",
-        /// `non_finite_stop` non-finite updates in a row.
-        Collapsed = "collapsed",
-        /// Interrupted (Ctrl-C) before its last step; the rows it wrote are kept.
-        Stopped = "stopped",
-    }
-}
-
-impl PartialEq<&str> for CellState {
-    fn eq(&self, other: &&str) -> bool {
-        self.name() == *other
-    }
-}
-
-/// Final state of one cell.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct CellStatus {
-    pub regime: String,
-    pub arm: String,
-    pub seed: u64,
-    pub status: CellState,
-    pub steps_done: usize,
-    pub coldstart_accuracy: f64,
-    pub drift_sigma: Option<f64>,
-}
-
 /// `config.json`: every cell's resolved configuration, and the spec they came from.
 #[derive(Serialize)]
 struct RunConfig<'a> {
@@ -96,14 +68,6 @@ struct RunConfig<'a> {
     ran: Vec<usize>,
     /// Finished cells kept from an earlier run of this folder (`--resume`).
     resumed: usize,
-}
-
-/// The commit the running binary was built from (see `build.rs`): `-dirty-<hash>` when its
-/// sources differed from that commit, `None` when it was built outside a git checkout. Not the
-/// checkout's HEAD at run start: a long run and its resumption may outlive several commits.
-pub(crate) fn git_commit() -> Option<String> {
-    let c = env!("DRIFTLAB_BUILD_COMMIT");
-    (!c.is_empty()).then(|| c.to_string())
 }
 
 /// Greedy exact-match accuracy on the task's eval set.

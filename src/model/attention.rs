@@ -233,7 +233,7 @@ mod tests {
     #[test]
     fn rope_from_the_extended_projection_is_rotate_half() {
         let device = Device::flex();
-        let cfg = ModelConfig::preset(crate::model::Preset::Toy, 17).unwrap(); // d 64, 4 heads of 16
+        let cfg = ModelConfig::preset(crate::model::config::Preset::Toy, 17).unwrap(); // d 64, 4 heads of 16
         let (d, hd, half) = (cfg.d_model, cfg.head_dim(), cfg.head_dim() / 2);
         let rope = Rope::new(&cfg, &device);
         let (s, pos0) = (3, 5);

@@ -7,8 +7,6 @@ pub mod config;
 #[cfg(feature = "flex")]
 pub mod fused;
 #[cfg(feature = "flex")]
-mod fused_gather;
-#[cfg(feature = "flex")]
 pub mod host_mm;
 pub mod moe;
 #[cfg(feature = "flex")]

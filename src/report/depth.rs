@@ -47,7 +47,7 @@ pub fn drift_fits(regs: &[Regime]) -> Vec<(String, BTreeMap<i64, PowerLaw>)> {
     for r in regs {
         let Some(x) = r.x else { continue };
         for (a, _) in &r.arms.arms {
-            let mine = super::named(&mut pts, &a.name);
+            let mine = super::load::named(&mut pts, &a.name);
             let v = a.per_seed.get("drift_expert_frac");
             for (i, s) in a.seed_ids.iter().enumerate() {
                 if let Some(y) = v.and_then(|v| v.get(i)) {

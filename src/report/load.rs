@@ -125,3 +125,16 @@ fn sorted_by_cell(df: DataFrame, order: &[(String, String)]) -> Result<DataFrame
     )?;
     Ok(sorted.drop("__cell_rank")?)
 }
+
+/// The value named `name` in `v`, appended with its default when absent: per-name
+/// accumulators that keep the order of first appearance.
+pub fn named<'a, T: Default>(v: &'a mut Vec<(String, T)>, name: &str) -> &'a mut T {
+    let k = match v.iter().position(|(n, _)| n == name) {
+        Some(k) => k,
+        None => {
+            v.push((name.to_string(), T::default()));
+            v.len() - 1
+        }
+    };
+    &mut v[k].1
+}

@@ -30,19 +30,6 @@ pub use summary::{ArmSummary, summarize};
 use anyhow::{Context, Result};
 use std::path::Path;
 
-/// The value named `name` in `v`, appended with its default when absent: per-name
-/// accumulators that keep the order of first appearance.
-pub(crate) fn named<'a, T: Default>(v: &'a mut Vec<(String, T)>, name: &str) -> &'a mut T {
-    let k = match v.iter().position(|(n, _)| n == name) {
-        Some(k) => k,
-        None => {
-            v.push((name.to_string(), T::default()));
-            v.len() - 1
-        }
-    };
-    &mut v[k].1
-}
-
 /// Rebuild `summary.csv`, `summary.json`, `endpoints.json`, `plots/` and `report.md` in `dir`
 /// from its files.
 pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {

@@ -86,6 +86,20 @@ impl Default for TisConfig {
     }
 }
 
+/// RSPO's router-shift weighting of the token ratios ([`super::router_shift`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RouterShiftConfig {
+    /// Lower bound of γ̃.
+    pub floor: f64,
+}
+
+impl Default for RouterShiftConfig {
+    fn default() -> Self {
+        RouterShiftConfig { floor: 0.8 }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, Default)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum LrSchedule {
@@ -167,7 +181,7 @@ pub struct RlConfig {
     pub tis: Option<TisConfig>,
     /// RSPO's router-shift weighting of the token ratios (see [`super::router_shift`]); off
     /// when unset. Applies to every objective with an importance ratio (not gvpo).
-    pub router_shift: Option<super::router_shift::RouterShiftConfig>,
+    pub router_shift: Option<RouterShiftConfig>,
     pub optimizer: AdamWConfig,
     pub lr_schedule: LrSchedule,
     /// Total RL steps (for the schedule).

@@ -14,8 +14,7 @@ pub mod step;
 
 pub use config::{
     AdvantageMode, Aggregation, Algorithm, AlgorithmKind, CispoConfig, DriftInjection, GmpoConfig,
-    GrpoConfig, GspoConfig, GvpoConfig, LrSchedule, Mismatch, OldLogp, RlConfig, RoutingMode,
-    TisConfig,
+    GrpoConfig, GspoConfig, GvpoConfig, LrSchedule, Mismatch, OldLogp, RlConfig, RouterShiftConfig,
+    RoutingMode, TisConfig,
 };
-pub use router_shift::RouterShiftConfig;
 pub use step::{StepOutput, Trainer, UpdateRecord};

@@ -1,13 +1,14 @@
 //! π_old: the trainer's no-graph pass over the rollout batch before the first update (its
 //! log-probs, entropy, native routes and router distributions, and the reference model's
-//! log-probs).
+//! log-probs), a stage function the step (`step.rs`) calls; with the forward options and the
+//! route extraction that every forward of the trainer shares.
 
-use super::config::RoutingMode;
+use super::config::{RlConfig, RoutingMode};
 use super::micro::{Batch, concat_layers};
-use super::step::Trainer;
-use crate::model::{ForwardOptions, RoutingTrace, token_logp};
+use crate::model::{ForwardOptions, LayerRouting, Model, RoutingTrace, token_logp};
 use crate::parallel::par_map;
 use crate::tensors::{ints, to_vec};
+use burn::tensor::Tensor;
 
 /// What the π_old pass computed for one micro-batch.
 pub(super) struct OldPass {
@@ -30,50 +31,75 @@ pub(super) struct OldPolicy {
     pub routes: Vec<Vec<Vec<u16>>>,
 }
 
-impl Trainer {
-    /// π_old: one no-graph forward per micro-batch, before the first update, in exactly the
-    /// layout and routing the updates will use, so minibatch 1 is exactly on-policy. The
-    /// reference model's log-probs come from the same pass.
-    pub(super) fn recompute_old(&self, b: &Batch) -> OldPolicy {
-        let inner = self.model.inner();
-        let temp = self.cfg.temperature;
-        let passes: Vec<OldPass> = par_map(b.micros.len(), |i| {
-            let mb = &b.micros[i];
-            let forced =
-                (self.cfg.routing == RoutingMode::R3).then(|| b.rollout_routes[i].as_slice());
-            let out = inner.forward(&mb.batch, &self.routing(forced, None));
-            let device = out.logits.device();
-            let rows = || ints(&mb.logit_rows, [mb.logit_rows.len()], &device);
-            let picked = out.logits.select(0, rows());
-            let host = to_vec(picked.clone());
-            let used = out.traces.iter().map(|t| t.used.clone()).collect();
-            let (routes, probs) = native_and_probs(out.traces);
-            OldPass {
-                entropy_sum: entropy_sum(&host, self.model.cfg.vocab_size, temp),
-                logp: to_vec(token_logp(picked, &mb.targets, temp)),
-                routes,
-                used,
-                probs,
-                logp_ref: self.reference.as_ref().map(|r| {
-                    let o = r.forward(&mb.batch, &ForwardOptions::default());
-                    to_vec(token_logp(o.logits.select(0, rows()), &mb.targets, temp))
-                }),
-            }
-        });
-        let logp: Vec<f32> = passes.iter().flat_map(|o| o.logp.iter().copied()).collect();
-        let ent_sum: f64 = passes.iter().map(|o| o.entropy_sum).sum();
-        let entropy = (ent_sum / logp.len().max(1) as f64) as f32;
-        let n_layers = self.model.cfg.n_layers;
-        let routes = passes
-            .chunks(b.n_micro)
-            .map(|c| concat_layers(c.iter().map(|o| &o.routes), n_layers))
-            .collect();
-        OldPolicy {
-            passes,
-            logp,
-            entropy,
+/// π_old: one no-graph forward of `model` per micro-batch, before the first update, in exactly
+/// the layout and routing the updates will use, so minibatch 1 is exactly on-policy. The
+/// `reference` model's log-probs come from the same pass.
+pub(super) fn old_policy(
+    model: &Model,
+    reference: Option<&Model>,
+    cfg: &RlConfig,
+    b: &Batch,
+) -> OldPolicy {
+    let inner = model.inner();
+    let temp = cfg.temperature;
+    let n_layers = model.cfg.n_layers;
+    let passes: Vec<OldPass> = par_map(b.micros.len(), |i| {
+        let mb = &b.micros[i];
+        let forced = (cfg.routing == RoutingMode::R3).then(|| b.rollout_routes[i].as_slice());
+        let out = inner.forward(&mb.batch, &routing(n_layers, forced, None));
+        let device = out.logits.device();
+        let rows = || ints(&mb.logit_rows, [mb.logit_rows.len()], &device);
+        let picked = out.logits.select(0, rows());
+        let host = to_vec(picked.clone());
+        let used = out.traces.iter().map(|t| t.used.clone()).collect();
+        let (routes, probs) = native_and_probs(out.traces);
+        OldPass {
+            entropy_sum: entropy_sum(&host, model.cfg.vocab_size, temp),
+            logp: to_vec(token_logp(picked, &mb.targets, temp)),
             routes,
+            used,
+            probs,
+            logp_ref: reference.map(|r| {
+                let o = r.forward(&mb.batch, &ForwardOptions::default());
+                to_vec(token_logp(o.logits.select(0, rows()), &mb.targets, temp))
+            }),
         }
+    });
+    let logp: Vec<f32> = passes.iter().flat_map(|o| o.logp.iter().copied()).collect();
+    let ent_sum: f64 = passes.iter().map(|o| o.entropy_sum).sum();
+    let entropy = (ent_sum / logp.len().max(1) as f64) as f32;
+    let routes = passes
+        .chunks(b.n_micro)
+        .map(|c| concat_layers(c.iter().map(|o| &o.routes), n_layers))
+        .collect();
+    OldPolicy {
+        passes,
+        logp,
+        entropy,
+        routes,
+    }
+}
+
+/// Forward options with router distributions for a model of `n_layers` MoE layers: `forced`
+/// ids per layer (replay) and router-logit `offsets` per layer (drift walk), each optional.
+/// The trainer's forwards (π_old, updates, probes) all route through these.
+pub(super) fn routing<'a>(
+    n_layers: usize,
+    forced: Option<&'a [Vec<u16>]>,
+    offsets: Option<Vec<Tensor<2>>>,
+) -> ForwardOptions<'a> {
+    let mut offsets = offsets.map(|v| v.into_iter());
+    let routing = (0..n_layers)
+        .map(|l| LayerRouting {
+            forced: forced.map(|f| f[l].as_slice()),
+            logit_offset: offsets.as_mut().and_then(|o| o.next()),
+            choice_offset: None,
+        })
+        .collect();
+    ForwardOptions {
+        routing,
+        want_probs: true,
+        round_bf16: false,
     }
 }
 

@@ -17,20 +17,7 @@
 //! 0.8 is the value of the public implementations. The paper's configuration is GMPO with the
 //! router shift (RSPO = GMPO + RS).
 
-use serde::{Deserialize, Serialize};
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RouterShiftConfig {
-    /// Lower bound of γ̃.
-    pub floor: f64,
-}
-
-impl Default for RouterShiftConfig {
-    fn default() -> Self {
-        RouterShiftConfig { floor: 0.8 }
-    }
-}
+use super::loss::LossStats;
 
 /// γ̃ per response token. Per MoE layer: `now[l]` and `old[l]` are router distributions
 /// `[positions, n_experts]`, `old_ids[l]` the ids π_old ran `[positions, k]`; `positions[t]`
@@ -76,7 +63,7 @@ pub fn shifted_old_logp(logp_old: &[f32], gamma: &[f32]) -> Vec<f32> {
         .collect()
 }
 
-impl super::loss::LossStats {
+impl LossStats {
     /// Report the raw ratios `π_θ / π_old` after an objective ran on the rescaled ones: token
     /// ratios divided by γ̃, sequence ratios by the geometric mean of γ̃ over the response
     /// (`seg`: response of each token, `lens`: tokens per response). The clipping statistics

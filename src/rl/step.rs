@@ -7,18 +7,17 @@ use super::config::{DriftInjection, OldLogp, RlConfig, RoutingMode};
 use super::drift::{DriftWalk, calibrate_sigma};
 use super::loss::{PolicyBatch, policy_loss};
 use super::micro::{Accumulated, Batch, MicroForward, accumulate, concat_layers, micro_share};
-use super::old::{LayerRoutes, OldPolicy, native_and_probs};
+use super::old::{LayerRoutes, OldPolicy, native_and_probs, old_policy, routing};
 pub use super::record::{StepOutput, UpdateRecord};
 use super::rollout::rollout;
 use super::router_shift::{router_shift, shifted_old_logp};
 use crate::hash::derive_seed;
-use crate::model::{ForwardOptions, LayerRouting, Model, token_logp};
+use crate::model::{Model, token_logp};
 use crate::optim::AdamW;
 use crate::parallel::par_map;
 use crate::task::Task;
 use crate::tensors::{ints, scalar};
 use anyhow::{Result, bail};
-use burn::tensor::Tensor;
 use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
 use std::time::Instant;
@@ -89,28 +88,6 @@ impl Trainer {
         })
     }
 
-    /// Forward options with router distributions: `forced` ids per layer (replay) and
-    /// router-logit `offsets` per layer (drift walk), each optional.
-    pub(super) fn routing<'a>(
-        &self,
-        forced: Option<&'a [Vec<u16>]>,
-        offsets: Option<Vec<Tensor<2>>>,
-    ) -> ForwardOptions<'a> {
-        let mut offsets = offsets.map(|v| v.into_iter());
-        let routing = (0..self.model.cfg.n_layers)
-            .map(|l| LayerRouting {
-                forced: forced.map(|f| f[l].as_slice()),
-                logit_offset: offsets.as_mut().and_then(|o| o.next()),
-                choice_offset: None,
-            })
-            .collect();
-        ForwardOptions {
-            routing,
-            want_probs: true,
-            round_bf16: false,
-        }
-    }
-
     /// Copies of the random streams the next rollout draws from (prompts and tokens; mismatch
     /// noise), so a caller can replay that rollout with [`super::rollout::rollout`].
     pub fn rollout_rngs(&self) -> (Xoshiro256PlusPlus, Xoshiro256PlusPlus) {
@@ -140,7 +117,7 @@ impl Trainer {
         let t_rollout = started.elapsed().as_secs_f64();
         let started = Instant::now();
         let b = Batch::new(ro, &cfg, self.model.cfg.top_k);
-        let old = self.recompute_old(&b);
+        let old = old_policy(&self.model, self.reference.as_ref(), &self.cfg, &b);
         let adv = advantages(&b.ro.rewards, cfg.group_size, cfg.advantage);
         self.calibrate_drift(&b, &old);
         let mut walk = self.drift_walk(&b);
@@ -238,7 +215,10 @@ impl Trainer {
             RoutingMode::R3 => Some(&b.rollout_routes[i]),
         };
         let train = self.model.require_grad();
-        let out = train.forward(&mc.batch, &self.routing(forced, offsets));
+        let out = train.forward(
+            &mc.batch,
+            &routing(self.model.cfg.n_layers, forced, offsets),
+        );
         let rows_idx = ints(&mc.logit_rows, [mc.logit_rows.len()], &device);
         let logp = token_logp(out.logits.select(0, rows_idx), &mc.targets, cfg.temperature);
         let mut logp_old = match cfg.old_logp {
@@ -404,7 +384,7 @@ impl Trainer {
         let probed: Vec<LayerRoutes> = par_map(b.n_micro, |j| {
             let mc = &b.micros[m * b.n_micro + j];
             let offsets = walk.map(|w| w.offsets(b.token_range(mc), &device));
-            let o = model.forward(&mc.batch, &self.routing(None, offsets));
+            let o = model.forward(&mc.batch, &routing(self.model.cfg.n_layers, None, offsets));
             native_and_probs(o.traces)
         });
         let n_layers = model.cfg.n_layers;

@@ -1,7 +1,7 @@
 //! Claim (l): where training breaks: every arm against its regime's control (the stability map's cells, described).
 
+use super::claim_def::{ClaimDef, Scope};
 use super::compare::name;
-use super::{ClaimDef, Scope};
 use crate::experiment::Claim;
 use crate::report::endpoints::{Claimed, Endpoint};
 use crate::report::paired::Scale;

@@ -1,7 +1,7 @@
 //! Claims (a) and (k): how many activated experts change per update, and how that grows with depth.
 
+use super::claim_def::{ClaimDef, Scope};
 use super::compare::{RegimeData, ci, name, seeds_of};
-use super::{ClaimDef, Scope};
 use crate::experiment::Claim;
 use crate::model::FfnKind;
 use crate::report::endpoints::{Claimed, EXPONENT_MARGIN, Endpoint};

@@ -1,7 +1,7 @@
 //! Claims (f), (g) and (i): the gap between rollout engine and trainer (MoE against dense, R3 against native) and truncated importance sampling against it.
 
+use super::claim_def::{ClaimDef, Scope};
 use super::compare::{RegimeData, ci, name, not_measured, reward_gain, seeds_of};
-use super::{ClaimDef, Scope};
 use crate::experiment::Claim;
 use crate::report::endpoints::{Claimed, Endpoint};
 use crate::report::paired::Scale;

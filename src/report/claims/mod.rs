@@ -4,6 +4,7 @@
 //! to its definition. Adding a claim takes a [`Claim`] variant, a [`ClaimDef`] constant in its
 //! family's file and an arm in [`def`].
 
+mod claim_def;
 mod compare;
 mod control;
 mod drift;
@@ -14,6 +15,7 @@ mod replay;
 #[cfg(test)]
 mod tests;
 
+pub use claim_def::{ClaimDef, Scope};
 pub use compare::RegimeData;
 pub use control::CONTROL_METRICS;
 
@@ -21,23 +23,6 @@ use crate::experiment::Claim;
 use crate::report::endpoints::Endpoint;
 use crate::report::regime::Regime;
 use anyhow::Result;
-
-/// Where a claim's endpoints come from.
-pub enum Scope {
-    /// Each regime on its own.
-    PerRegime(fn(&RegimeData, &mut Vec<Endpoint>) -> Result<()>),
-    /// All regimes together (a sweep's fit, regimes against their controls); their endpoints
-    /// follow every per-regime one.
-    AcrossRegimes(fn(&[Regime]) -> Vec<Endpoint>),
-}
-
-/// A claim's definition: what the report prints above its table, how its endpoints are
-/// declared, and the line each regime writes under the table.
-pub struct ClaimDef {
-    pub heading: &'static str,
-    pub scope: Scope,
-    pub context: fn(&mut String, &Regime) -> Result<()>,
-}
 
 /// The definition of a claim.
 pub fn def(c: Claim) -> ClaimDef {

@@ -1,7 +1,7 @@
 //! Claims (c), (h) and (j): objectives against GRPO with replay: GSPO not worse, GVPO at least as good, GSPO's compute to reach R2's reward.
 
+use super::claim_def::{ClaimDef, Scope};
 use super::compare::{RegimeData, ci, name, not_measured, reward_gain};
-use super::{ClaimDef, Scope};
 use crate::experiment::Claim;
 use crate::report::endpoints::{Claimed, Endpoint};
 use crate::report::paired::Scale;

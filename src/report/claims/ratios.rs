@@ -1,7 +1,7 @@
 //! Claims (d) and (e): how much GSPO clips against GRPO, and how token-ratio noise grows with response length.
 
+use super::claim_def::{ClaimDef, Scope};
 use super::compare::{RegimeData, ci, name, not_measured, over_distinct_arms};
-use super::{ClaimDef, Scope};
 use crate::experiment::Claim;
 use crate::report::endpoints::{Claimed, EXPONENT_MARGIN, Endpoint};
 use crate::report::lengths::{Bin, cell_bins, length_exponent, off_policy_variances};

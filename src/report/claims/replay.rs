@@ -1,7 +1,7 @@
 //! Claim (b): GRPO without Routing Replay against GRPO with R2 and R3.
 
+use super::claim_def::{ClaimDef, Scope};
 use super::compare::{RegimeData, ci, name, not_measured, reward_gain, twins};
-use super::{ClaimDef, Scope};
 use crate::experiment::Claim;
 use crate::report::endpoints::{Claimed, Endpoint};
 use crate::report::paired::Scale;

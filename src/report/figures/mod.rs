@@ -2,25 +2,24 @@
 //! [`super::charts`]). Every curve is a mean over seeds with its 95% Student-t band; paper
 //! values are dashed reference lines labelled with their source.
 
-use super::charts::{
-    BarChart, Chart, Faint, LineChart, Marker, MarkerKind, RefLine, Series, spans_decades,
-};
+use super::charts::{BarChart, Chart, LineChart, Marker, MarkerKind, Series, spans_decades};
 use super::endpoints::Endpoint;
 use super::load::{RunFrames, distinct};
 use super::regime::Regime;
 use super::stats::mean_ci;
 use super::summary::{labelled, seed_means};
 use crate::metrics::collapse::EventKind;
-use crate::metrics::frames::{f64_col, i64_col, str_col};
+use crate::metrics::frames::{i64_col, str_col};
 use anyhow::{Context, Result};
-use polars::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
 
 mod panels;
+mod series;
 mod stability;
 mod sweep;
 use panels::{drift_heatmap, forest, mechanism, variance_by_length};
+use series::{band_chart, curves, line, reference};
 pub use stability::{MAP_PLOTS, map_plots};
 pub use sweep::{SWEEP_PLOTS, sweep_plots};
 
@@ -41,129 +40,6 @@ pub const PLOTS: &[&str] = &[
     "ratio_var_vs_len",
     "mismatch_kl",
 ];
-
-/// Smoothing of the reward curves: EMA with this weight on the past.
-const EMA: f64 = 0.9;
-
-/// Per label (in order of first appearance), per seed: the points `(x, mean of column)`.
-pub(super) type Curves = Vec<(String, BTreeMap<i64, Vec<(f64, f64)>>)>;
-
-pub(super) fn curves(df: &DataFrame, multi: bool, x: &str, column: &str) -> Result<Curves> {
-    if df.height() == 0 {
-        return Ok(Vec::new());
-    }
-    let df = labelled(df, multi)?;
-    let names = distinct(str_col(&df, "label")?);
-    let g = df
-        .lazy()
-        .filter(col(column).is_not_null())
-        .group_by_stable([col("label"), col("seed"), col(x)])
-        .agg([col(column).mean().alias("v")])
-        .sort(
-            [x],
-            SortMultipleOptions::default().with_maintain_order(true),
-        )
-        .collect()?;
-    let (label, seed, xs, v) = (
-        str_col(&g, "label")?,
-        i64_col(&g, "seed")?,
-        i64_col(&g, x)?,
-        f64_col(&g, "v")?,
-    );
-    let mut out: Curves = names.into_iter().map(|n| (n, BTreeMap::new())).collect();
-    for i in 0..g.height() {
-        let (Some(k), Some(y)) = (out.iter().position(|(n, _)| *n == label[i]), v[i]) else {
-            continue;
-        };
-        out[k].1.entry(seed[i]).or_default().push((xs[i] as f64, y));
-    }
-    Ok(out)
-}
-
-/// Per x, the mean over seeds and its 95% t band (over two seeds or more).
-pub(super) fn mean_band(name: &str, seeds: &BTreeMap<i64, Vec<(f64, f64)>>) -> Series {
-    let mut at: BTreeMap<i64, Vec<f64>> = BTreeMap::new();
-    for pts in seeds.values() {
-        for &(x, y) in pts {
-            at.entry(x as i64).or_default().push(y);
-        }
-    }
-    let mut s = Series {
-        name: name.into(),
-        points: Vec::new(),
-        band: Vec::new(),
-        dashed: false,
-        color: None,
-    };
-    // A quantity that is never negative (a share, a variance) gets its band cut at 0: the t
-    // interval of a skewed mean can reach below what the quantity can take.
-    let floor = if seeds.values().flatten().all(|p| p.1 >= 0.0) {
-        0.0
-    } else {
-        f64::NEG_INFINITY
-    };
-    for (x, v) in at {
-        let m = mean_ci(&v);
-        s.points.push((x as f64, m.mean));
-        if m.ci95.is_finite() {
-            s.band
-                .push((x as f64, (m.mean - m.ci95).max(floor), m.mean + m.ci95));
-        }
-    }
-    s
-}
-
-fn ema(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
-    let mut e: Option<f64> = None;
-    pts.iter()
-        .map(|&(x, y)| {
-            let v = e.map_or(y, |e| EMA * e + (1.0 - EMA) * y);
-            e = Some(v);
-            (x, v)
-        })
-        .collect()
-}
-
-pub(super) fn line(
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    series: Vec<Series>,
-    log_y: bool,
-) -> LineChart {
-    LineChart {
-        title: title.into(),
-        x_label: x_label.into(),
-        y_label: y_label.into(),
-        series,
-        faint: vec![],
-        log_y,
-        markers: vec![],
-        refs: vec![],
-        scatter: false,
-        categorical_x: false,
-    }
-}
-
-/// Mean ± 95% band per label; `smooth` applies the EMA to every seed first; the raw
-/// per-seed curves are drawn faint behind.
-pub(super) fn band_chart(c: &Curves, smooth: bool) -> (Vec<Series>, Vec<Faint>) {
-    let series = c
-        .iter()
-        .map(|(n, seeds)| {
-            let s: BTreeMap<i64, Vec<(f64, f64)>> = seeds
-                .iter()
-                .map(|(k, p)| (*k, if smooth { ema(p) } else { p.clone() }))
-                .collect();
-            mean_band(n, &s)
-        })
-        .collect();
-    let faint = c
-        .iter()
-        .map(|(_, seeds)| seeds.values().cloned().collect())
-        .collect();
-    (series, faint)
-}
 
 /// The first collapse and the first warning of each cell, on the arm's smoothed mean reward
 /// at that step (later events of the cell would bury the curves).
@@ -200,13 +76,6 @@ fn event_markers(f: &RunFrames, multi: bool, reward: &[Series]) -> Result<Vec<Ma
             })
         })
         .collect())
-}
-
-pub(super) fn reference(y: f64, label: &str) -> RefLine {
-    RefLine {
-        y,
-        label: label.into(),
-    }
 }
 
 /// Clipped-token fraction per arm with its 95% interval over seeds, and GSPO's values.
@@ -271,7 +140,7 @@ fn reward_vs_compute(f: &RunFrames) -> Result<LineChart> {
     type AtStep = BTreeMap<usize, (Vec<f64>, Vec<f64>)>;
     let mut per: Vec<(String, AtStep)> = Vec::new();
     for ((arm, _), c) in super::compute::curves(&f.steps)? {
-        let mine = super::named(&mut per, &arm);
+        let mine = super::load::named(&mut per, &arm);
         for (step, (x, y)) in c.into_iter().enumerate() {
             let e = mine.entry(step).or_default();
             e.0.push(x);

@@ -1,7 +1,7 @@
 //! The figures built from several frames or from the endpoints: the length-binned variance,
 //! the drift heatmap, the mechanism chain and the forest plot.
 
-use super::{Curves, band_chart, curves, line, mean_band, reference};
+use super::series::{Curves, band_chart, curves, line, mean_band, reference};
 use crate::metrics::frames::{f64_col, i64_col, str_col};
 use crate::report::charts::{
     ForestRow, HeatPanel, Heatmap, LineChart, RefLine, Stack, spans_decades,

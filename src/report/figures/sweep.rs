@@ -2,7 +2,7 @@
 //! arm's per-cell values and every paired reward endpoint against that axis, one point per
 //! regime with its 95% interval over seeds.
 
-use super::{line, reference};
+use super::series::{line, reference};
 use crate::report::charts::{Chart, Series, spans_decades};
 use crate::report::endpoints::Endpoint;
 use crate::report::paired::Scale;

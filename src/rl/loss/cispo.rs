@@ -14,7 +14,7 @@
 //! of Â, since every one of them had its gradient rescaled. Optional TIS multiplies each
 //! token's term by the detached `min(exp(logp_old − logp_mu), C)`, as for GRPO.
 
-use super::{LossStats, PolicyBatch};
+use super::contract::{LossStats, PolicyBatch};
 use crate::rl::config::{CispoConfig, TisConfig};
 use burn::tensor::Tensor;
 

@@ -12,7 +12,7 @@
 //! Δ > ε_high, or Â < 0 and Δ < −ε_low): their gradient is zero. Deviation: optional TIS uses
 //! one length-normalised weight per response, as for GSPO.
 
-use super::{LossStats, PolicyBatch};
+use super::contract::{LossStats, PolicyBatch};
 use crate::rl::config::{GmpoConfig, TisConfig};
 use burn::tensor::Tensor;
 

@@ -6,7 +6,7 @@
 //! Deviations from the paper: the asymmetric clip range, and the KL is off by default (β = 0).
 //! Optional TIS multiplies each token's loss by the detached `min(exp(logp_old − logp_mu), C)`.
 
-use super::{LossStats, PolicyBatch, clipped};
+use super::contract::{LossStats, PolicyBatch, clipped};
 use crate::rl::config::{Aggregation, GrpoConfig, TisConfig};
 use burn::tensor::Tensor;
 

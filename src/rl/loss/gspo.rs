@@ -11,7 +11,8 @@
 //! Deviation: TIS (optional) uses one length-normalised weight per response,
 //! `min(exp(mean_t (logp_old − logp_mu)), C)`, matching the sequence-level ratio.
 
-use super::{LossStats, PolicyBatch, clipped, grpo};
+use super::contract::{LossStats, PolicyBatch, clipped};
+use super::grpo;
 use crate::rl::config::{Aggregation, GspoConfig, TisConfig};
 use burn::tensor::Tensor;
 

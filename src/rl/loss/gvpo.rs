@@ -8,7 +8,7 @@
 //! Deviation: optional TIS weights each response's squared residual by the length-normalised
 //! `min(exp(mean_t (logp_old − logp_mu)), C)`.
 
-use super::{LossStats, PolicyBatch};
+use super::contract::{LossStats, PolicyBatch};
 use crate::rl::config::{GvpoConfig, TisConfig};
 use burn::tensor::Tensor;
 

@@ -1,164 +1,16 @@
 //! One contract for every objective: a [`PolicyBatch`] in, `(loss, LossStats)` out.
 
 pub mod cispo;
+pub mod contract;
 pub mod gmpo;
 pub mod grpo;
 pub mod gspo;
 pub mod gvpo;
 
-use super::config::{Aggregation, Algorithm, TisConfig};
-use crate::tensors::{floats, ints, to_vec};
-use burn::tensor::{Device, Tensor};
+pub use contract::{LossStats, PolicyBatch};
 
-/// The response tokens of one minibatch, flattened: `n_tok` tokens in `R` responses that form
-/// consecutive groups of `group_size`.
-#[derive(Clone)]
-pub struct PolicyBatch {
-    /// log π_θ of each response token, with graph, `[n_tok]`.
-    pub logp: Tensor<1>,
-    /// log π_θold, the ratios' denominator, `[n_tok]`: the trainer's recompute before the first
-    /// update of this rollout batch, or the rollout engine's log-probs with `old_logp = rollout`.
-    pub logp_old: Vec<f32>,
-    /// TIS's numerator, `[n_tok]`: the ratios' π_old before any router shift. With
-    /// `old_logp = rollout` it is `logp_mu`, so every TIS weight is 1 (the ratio already
-    /// corrects for the engine, as verl's bypass mode).
-    pub logp_tis: Vec<f32>,
-    /// Log-probs the rollout engine recorded, `[n_tok]`.
-    pub logp_mu: Vec<f32>,
-    /// Frozen reference model, `[n_tok]`, when a KL term needs it.
-    pub logp_ref: Option<Vec<f32>>,
-    /// Advantage of each response, `[R]`.
-    pub adv: Vec<f32>,
-    /// Raw reward of each response, `[R]`.
-    pub rewards: Vec<f32>,
-    /// Response index of each token, `[n_tok]`.
-    pub seg: Vec<usize>,
-    /// Tokens per response, `[R]`, each ≥ 1.
-    pub lens: Vec<usize>,
-    pub group_size: usize,
-}
-
-/// Host-side quantities of one loss evaluation (values at the current parameters).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct LossStats {
-    /// Policy loss value (including the KL term when on).
-    pub loss_policy: f32,
-    /// log π_θ of each token at the current parameters (host copy), `[n_tok]`.
-    pub logp: Vec<f32>,
-    /// Token ratios `w = exp(logp − logp_old)`, `[n_tok]`.
-    pub ratio_tok: Vec<f32>,
-    /// Sequence ratios `s_i = exp(mean_t (logp − logp_old))`, `[R]`.
-    pub ratio_seq: Vec<f32>,
-    /// Tokens clipped at the low / high bound (for sequence-level clipping, every token of a
-    /// clipped response), `[n_tok]`.
-    pub clip_low: Vec<bool>,
-    pub clip_high: Vec<bool>,
-    /// Responses with any clipped token (or clipped as a whole), `[R]`.
-    pub clip_seq: Vec<bool>,
-    /// Mean k3 KL to the reference, when computed.
-    pub kl_ref: Option<f32>,
-    /// TIS weights applied, `[n_tok]` (token-level) or `[R]` (sequence-level objectives).
-    pub tis_weight: Option<Vec<f32>>,
-    /// Router-shift weights γ̃ applied to the token ratios, `[n_tok]`, when `router_shift` is on
-    /// (the ratios above are then the raw ones, the clipping statistics those of the rescaled
-    /// ratios the objective clipped; see [`LossStats::unshift_ratios`]).
-    pub router_shift: Option<Vec<f32>>,
-}
-
-impl PolicyBatch {
-    pub fn n_tok(&self) -> usize {
-        self.seg.len()
-    }
-    pub fn n_resp(&self) -> usize {
-        self.lens.len()
-    }
-    pub fn device(&self) -> Device {
-        self.logp.device()
-    }
-    /// A host vector as a `[n]` tensor on the batch's device (a constant).
-    pub fn constant(&self, v: Vec<f32>) -> Tensor<1> {
-        let n = v.len();
-        floats(v, [n], &self.device())
-    }
-    /// Per-token advantages, `[n_tok]`.
-    pub fn adv_tok(&self) -> Tensor<1> {
-        self.constant(self.seg.iter().map(|&i| self.adv[i]).collect())
-    }
-    /// Sum of a per-token tensor within each response, `[R]` (differentiable scatter-add).
-    pub fn seq_sum(&self, x: Tensor<1>) -> Tensor<1> {
-        let d = self.device();
-        Tensor::zeros([self.n_resp()], &d).select_assign(
-            0,
-            ints(&self.seg, [self.n_tok()], &d),
-            x,
-            burn::tensor::IndexingUpdateOp::Add,
-        )
-    }
-    /// Per-token weights of an aggregation: `seq_mean_token_mean` gives `1 / (L_i · R)`,
-    /// `token_mean` gives `1 / n_tok`.
-    pub fn agg_weights(&self, agg: Aggregation) -> Tensor<1> {
-        let r = self.n_resp() as f32;
-        let n = self.n_tok() as f32;
-        self.constant(
-            self.seg
-                .iter()
-                .map(|&i| match agg {
-                    Aggregation::SeqMeanTokenMean => 1.0 / (self.lens[i] as f32 * r),
-                    Aggregation::TokenMean => 1.0 / n,
-                })
-                .collect(),
-        )
-    }
-    /// Host copy of log π_θ (one sync).
-    pub fn logp_host(&self) -> Vec<f32> {
-        to_vec(self.logp.clone().inner())
-    }
-    /// Token and sequence ratios at the current parameters.
-    pub fn ratios(&self, logp: &[f32]) -> (Vec<f32>, Vec<f32>) {
-        let tok: Vec<f32> = logp
-            .iter()
-            .zip(&self.logp_old)
-            .map(|(a, b)| (a - b).exp())
-            .collect();
-        let mut sum = vec![0f64; self.n_resp()];
-        for (t, (&a, &b)) in logp.iter().zip(&self.logp_old).enumerate() {
-            sum[self.seg[t]] += f64::from(a - b);
-        }
-        let seq = sum
-            .iter()
-            .zip(&self.lens)
-            .map(|(s, &l)| (s / l as f64).exp() as f32)
-            .collect();
-        (tok, seq)
-    }
-    /// Token-level TIS weights `min(exp(logp_tis − logp_mu), cap)`.
-    pub fn tis_tok(&self, cap: f64) -> Vec<f32> {
-        self.logp_tis
-            .iter()
-            .zip(&self.logp_mu)
-            .map(|(o, m)| (o - m).exp().min(cap as f32))
-            .collect()
-    }
-    /// Sequence-level TIS weights `min(exp(mean_t (logp_tis − logp_mu)), cap)`: length
-    /// normalised like the sequence ratio of GSPO, used by the sequence-level objectives.
-    pub fn tis_seq(&self, cap: f64) -> Vec<f32> {
-        let mut sum = vec![0f64; self.n_resp()];
-        for (t, (o, m)) in self.logp_tis.iter().zip(&self.logp_mu).enumerate() {
-            sum[self.seg[t]] += f64::from(o - m);
-        }
-        sum.iter()
-            .zip(&self.lens)
-            .map(|(s, &l)| ((s / l as f64).exp().min(cap)) as f32)
-            .collect()
-    }
-}
-
-/// Is a ratio clipped, PPO style: only on the side where clipping removes the gradient.
-pub fn clipped(ratio: f32, adv: f32, eps_low: f64, eps_high: f64) -> (bool, bool) {
-    let low = adv < 0.0 && f64::from(ratio) < 1.0 - eps_low;
-    let high = adv > 0.0 && f64::from(ratio) > 1.0 + eps_high;
-    (low, high)
-}
+use super::config::{Algorithm, TisConfig};
+use burn::tensor::Tensor;
 
 /// The objective's loss (a `[1]` tensor with graph) and its statistics.
 pub fn policy_loss(

@@ -3,6 +3,8 @@
 //! ended (and names the cells a failed task left missing). The scripts go to `<out>/slurm/`;
 //! `--submit` hands them to `sbatch`.
 
+use super::experiment::{self, ExperimentArgs};
+use crate::device::DeviceArgs;
 use crate::io::{DEFAULT_CACHE_DIR, write_atomic, write_json};
 use anyhow::{Context, Result, bail};
 use clap::Parser;
@@ -36,6 +38,22 @@ pub struct SlurmArgs {
     /// Arguments for every task's `driftlab experiment`, after `--` (e.g. -- --steps 50).
     #[arg(last = true)]
     pub experiment_args: Vec<String>,
+}
+
+/// A task's command line as the binary reads it: the options of every command, then
+/// `experiment` with its arguments (checked before the job is queued).
+#[derive(Parser)]
+#[command(name = "driftlab")]
+struct TaskLine {
+    #[command(flatten)]
+    _global: DeviceArgs,
+    #[command(subcommand)]
+    command: TaskCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum TaskCommand {
+    Experiment(ExperimentArgs),
 }
 
 /// `s` quoted for a POSIX shell.
@@ -157,7 +175,7 @@ pub fn run(a: &SlurmArgs) -> Result<()> {
         .map(|s| s.to_string())
         .collect();
     argv.extend(a.experiment_args.iter().cloned());
-    let cli = crate::cli::Cli::try_parse_from(&argv)
+    let line = TaskLine::try_parse_from(&argv)
         .map_err(|e| anyhow::anyhow!("the arguments after `--`: {e}"))?;
     for bad in [
         "--shard",
@@ -172,11 +190,9 @@ pub fn run(a: &SlurmArgs) -> Result<()> {
             bail!("{bad} is set by `driftlab slurm` itself; give it to `slurm`, not after `--`");
         }
     }
-    let crate::cli::Command::Experiment(mut e) = cli.command else {
-        unreachable!("parsed as an experiment command")
-    };
+    let TaskCommand::Experiment(mut e) = line.command;
     e.specs = a.specs.clone();
-    let spec = crate::run::experiment_spec(&e)?;
+    let spec = experiment::spec(&e)?;
     let cells = spec.cells().len();
     if a.shards > cells {
         eprintln!(

@@ -1,8 +1,8 @@
-//! The gather of the fused expert node's routed rows (`super::fused`), as an autodiff node of
+//! The gather of the fused expert node's routed rows (`mod.rs`), as an autodiff node of
 //! its own whose backward adds the input's gradient in the sparse path's order.
 
-use super::fused::Groups;
-use super::host_mm::host;
+use super::groups::Groups;
+use crate::model::host_mm::host;
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;

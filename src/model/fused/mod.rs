@@ -15,7 +15,7 @@
 //! Each gate's gradient is summed by the backend's own row reduction, one expert's rows at a
 //! time, as the sparse path's broadcast product reduces it, and the routed rows are gathered by
 //! a node of their own whose backward adds the input's gradient in the sparse path's order
-//! (see `fused_gather.rs`). So the output and the gradients of the input, the gates (hence the
+//! (see `gather.rs`). So the output and the gradients of the input, the gates (hence the
 //! router) and every expert matrix are bitwise the sparse path's, and every number of a run is
 //! the same with the node on or off (tested on whole models in `tests/model.rs`).
 //!
@@ -24,9 +24,13 @@
 //! On by default ([`set_fused`]); other devices, the forward without a graph (rollouts),
 //! gradient checkpointing and expert counts without an arity below keep the sparse path.
 
-use super::fused_gather::{gather, gather_rows};
-use super::host_mm::{View, gemm_into, host};
+mod gather;
+mod groups;
+
+pub use groups::Groups;
+
 use crate::fastmath::{silu_mul, silu_mul_consts};
+use crate::model::host_mm::{View, gemm_into, host};
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -34,6 +38,7 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind};
 use burn::tensor::{Tensor, TensorData};
 use burn_flex::{Flex, FlexTensor};
+use gather::{gather, gather_rows};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -78,54 +83,6 @@ pub fn fused() -> bool {
 }
 
 type Ad = Autodiff<Flex, NoCheckpointing>;
-
-/// The routed (token, slot) pairs grouped by expert: rows `start[e]..start[e + 1]`.
-#[derive(Debug)]
-pub struct Groups {
-    pub(super) t: usize,
-    pub(super) k: usize,
-    pub(super) tok: Vec<usize>,
-    pub(super) slot: Vec<usize>,
-    pub(super) start: Vec<usize>,
-}
-
-impl Groups {
-    /// From the `used` expert ids `[t·k]` of the `active` tokens.
-    pub fn new(used: &[u16], active: &[bool], n_experts: usize, k: usize) -> Self {
-        let t = active.len();
-        let mut count = vec![0usize; n_experts + 1];
-        for tok in (0..t).filter(|&i| active[i]) {
-            for j in 0..k {
-                count[used[tok * k + j] as usize + 1] += 1;
-            }
-        }
-        for e in 0..n_experts {
-            count[e + 1] += count[e];
-        }
-        let start = count.clone();
-        let n = start[n_experts];
-        let (mut tok_of, mut slot_of) = (vec![0; n], vec![0; n]);
-        for tok in (0..t).filter(|&i| active[i]) {
-            for j in 0..k {
-                let e = used[tok * k + j] as usize;
-                tok_of[count[e]] = tok;
-                slot_of[count[e]] = tok * k + j;
-                count[e] += 1;
-            }
-        }
-        Groups {
-            t,
-            k,
-            tok: tok_of,
-            slot: slot_of,
-            start,
-        }
-    }
-
-    pub(super) fn experts(&self) -> usize {
-        self.start.len() - 1
-    }
-}
 
 /// `c[m×n] = a·b` (or `c += a·b` with `acc`); `a` is `[m×k]` row-major, or `[k×m]` read
 /// transposed with `at`; `b` is `[k×n]`, or `[n×k]` read transposed with `bt`.
