@@ -2,6 +2,7 @@
 //! metrics with the committed baseline `results/baselines/check.json` within stated tolerances.
 
 use crate::experiment::{ExperimentSpec, RunOptions, run_experiment};
+use crate::report::metric::METRICS;
 use crate::report::{ArmSummary, load_frames, summarize};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -19,22 +20,19 @@ pub struct Tolerance {
 /// The metrics the check guards, with their tolerances. The run is deterministic on one machine
 /// kind, so the tolerances only absorb float differences between CPUs and library builds.
 pub fn tolerances() -> BTreeMap<String, Tolerance> {
-    let t = |abs, rel| Tolerance { abs, rel };
-    [
-        ("final_reward", t(0.02, 0.0)),
-        ("drift_expert_frac", t(1e-4, 0.05)),
-        ("drift_since_rollout_frac", t(1e-4, 0.05)),
-        ("clip_frac_tok", t(1e-3, 0.05)),
-        ("ratio_tok_var", t(1e-6, 0.05)),
-        ("ratio_seq_var", t(1e-7, 0.05)),
-        ("mismatch_kl_k3", t(1e-6, 0.05)),
-        ("mismatch_route_frac", t(1e-3, 0.05)),
-        ("collapse_cells", t(0.0, 0.0)),
-        ("warning_cells", t(0.0, 0.0)),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect()
+    let t = |(abs, rel): (f64, f64)| Tolerance { abs, rel };
+    let mut out: BTreeMap<String, Tolerance> = METRICS
+        .iter()
+        .filter_map(|m| m.check.map(|c| (m.name.to_string(), t(c))))
+        .collect();
+    for (k, c) in [
+        ("final_reward", (0.02, 0.0)),
+        ("collapse_cells", (0.0, 0.0)),
+        ("warning_cells", (0.0, 0.0)),
+    ] {
+        out.insert(k.to_string(), t(c));
+    }
+    out
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -53,13 +51,9 @@ fn metrics(a: &ArmSummary) -> BTreeMap<String, f64> {
         }
     };
     put("final_reward", a.final_reward.mean);
-    put("drift_expert_frac", a.drift_expert_frac.mean);
-    put("drift_since_rollout_frac", a.drift_since_rollout_frac.mean);
-    put("clip_frac_tok", a.clip_frac_tok.mean);
-    put("ratio_tok_var", a.ratio_tok_var.mean);
-    put("ratio_seq_var", a.ratio_seq_var.mean);
-    put("mismatch_kl_k3", a.mismatch_kl_k3.mean);
-    put("mismatch_route_frac", a.mismatch_route_frac.mean);
+    for m in METRICS.iter().filter(|m| m.check.is_some()) {
+        put(m.name, a.m(m.name).mean);
+    }
     put("collapse_cells", a.collapsed_cells as f64);
     put("warning_cells", a.warned_cells as f64);
     m

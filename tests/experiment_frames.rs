@@ -362,10 +362,11 @@ fn regimes_override_settings_and_get_their_own_plots() {
     let labels: Vec<&str> = sums.iter().map(|a| a.arm.as_str()).collect();
     assert_eq!(labels, vec!["natural/grpo_r2", "mismatch/grpo_r2"]);
     assert!(
-        sums[1].mismatch_route_frac.mean > 0.05 && sums[0].mismatch_route_frac.mean < 1e-3,
+        sums[1].m("mismatch_route_frac").mean > 0.05
+            && sums[0].m("mismatch_route_frac").mean < 1e-3,
         "{:?}",
         sums.iter()
-            .map(|a| a.mismatch_route_frac.mean)
+            .map(|a| a.m("mismatch_route_frac").mean)
             .collect::<Vec<_>>()
     );
     let md = std::fs::read_to_string(o.out.join("report.md")).unwrap();

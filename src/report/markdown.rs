@@ -4,6 +4,7 @@ use super::endpoints::Endpoint;
 use super::findings::{Regime, findings_md};
 use super::fmt::fmt_ci;
 use super::load::RunFrames;
+use super::metric::METRICS;
 use super::run_info::RunInfo;
 use super::stats::MeanCi;
 use super::summary::ArmSummary;
@@ -13,36 +14,40 @@ use std::fmt::Write as _;
 
 fn summary_table(md: &mut String, sums: &[ArmSummary]) -> Result<()> {
     writeln!(md, "## Summary per arm (mean ± 95% CI over seeds)\n")?;
-    writeln!(
-        md,
-        "| arm | algorithm | routing | seeds | final reward | final eval acc | steps to +0.1 reward | drift_expert_frac | clip_frac_tok | ratio_tok_var | ratio_seq_var | mismatch_kl_k3 | collapsed cells | cells with warnings only |"
-    )?;
-    writeln!(
-        md,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-    )?;
+    let shown: Vec<&str> = METRICS
+        .iter()
+        .filter(|m| m.in_table)
+        .map(|m| m.name)
+        .collect();
+    let head = [
+        "arm",
+        "algorithm",
+        "routing",
+        "seeds",
+        "final reward",
+        "final eval acc",
+        "steps to +0.1 reward",
+    ]
+    .into_iter()
+    .chain(shown.iter().copied())
+    .chain(["collapsed cells", "cells with warnings only"])
+    .collect::<Vec<_>>();
+    writeln!(md, "| {} |", head.join(" | "))?;
+    writeln!(md, "|{}", "---|".repeat(head.len()))?;
     let c = |m: &MeanCi| fmt_ci(m, "–");
     for a in sums {
-        writeln!(
-            md,
-            "| {} | {} | {} | {} | {} | {} | {} ({}/{}) | {} | {} | {} | {} | {} | {} | {} |",
-            a.arm,
-            a.algorithm,
-            a.routing,
-            a.seeds,
+        let mut row = vec![
+            a.arm.clone(),
+            a.algorithm.clone(),
+            a.routing.clone(),
+            a.seeds.to_string(),
             c(&a.final_reward),
             c(&a.final_eval),
-            c(&a.steps_to_target),
-            a.reached,
-            a.seeds,
-            c(&a.drift_expert_frac),
-            c(&a.clip_frac_tok),
-            c(&a.ratio_tok_var),
-            c(&a.ratio_seq_var),
-            c(&a.mismatch_kl_k3),
-            a.collapsed_cells,
-            a.warned_cells
-        )?;
+            format!("{} ({}/{})", c(&a.steps_to_target), a.reached, a.seeds),
+        ];
+        row.extend(shown.iter().map(|m| c(a.m(m))));
+        row.extend([a.collapsed_cells.to_string(), a.warned_cells.to_string()]);
+        writeln!(md, "| {} |", row.join(" | "))?;
     }
     writeln!(
         md,

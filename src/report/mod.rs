@@ -13,6 +13,7 @@ pub mod identical;
 pub mod lengths;
 pub mod load;
 pub mod markdown;
+pub mod metric;
 pub mod paired;
 pub mod regime;
 pub mod roles;

@@ -2,6 +2,7 @@
 //! and 95% interval over the cells (seeds) of each arm.
 
 use super::load::{RunFrames, distinct, regimes};
+use super::metric::{METRICS, MetricMeans, Source, columns};
 use super::stats::{MeanCi, mean_ci};
 use crate::io::{write_csv, write_json};
 use crate::metrics::collapse::EventKind;
@@ -32,15 +33,10 @@ pub struct ArmSummary {
     /// First step where the reward EMA(0.9) exceeds its step-0 value by 0.1 (cells that never do are left out; `reached` counts those that do).
     pub steps_to_target: MeanCi,
     pub reached: usize,
-    pub drift_expert_frac: MeanCi,
-    pub drift_since_rollout_frac: MeanCi,
-    pub clip_frac_tok: MeanCi,
-    pub ratio_tok_var: MeanCi,
-    pub ratio_seq_var: MeanCi,
-    pub mismatch_kl_k3: MeanCi,
-    pub mismatch_route_frac: MeanCi,
-    /// Share of tokens whose engine/trainer probability ratio is beyond 2 either way.
-    pub mismatch_extreme_frac: MeanCi,
+    /// Every per-arm metric of the registry ([`super::metric::METRICS`]); read one with
+    /// [`ArmSummary::m`].
+    #[serde(flatten)]
+    pub metrics: MetricMeans,
     /// Per event kind: (cells with at least one event, first step over cells).
     pub collapses: BTreeMap<String, (usize, i64)>,
     /// Cells (seeds) where training broke down: an event whose kind [`EventKind::is_collapse`].
@@ -74,14 +70,7 @@ impl ArmSummary {
             final_eval: m,
             steps_to_target: m,
             reached: 0,
-            drift_expert_frac: m,
-            drift_since_rollout_frac: m,
-            clip_frac_tok: m,
-            ratio_tok_var: m,
-            ratio_seq_var: m,
-            mismatch_kl_k3: m,
-            mismatch_route_frac: m,
-            mismatch_extreme_frac: m,
+            metrics: MetricMeans(vec![m; METRICS.len()]),
             collapses: BTreeMap::new(),
             collapsed_cells: 0,
             warned_cells: 0,
@@ -94,20 +83,12 @@ impl ArmSummary {
     }
 }
 
-/// Means over each cell's update rows.
-const UPDATE_MEANS: [&str; 5] = [
-    "drift_expert_frac",
-    "drift_since_rollout_frac",
-    "clip_frac_tok",
-    "ratio_tok_var",
-    "ratio_seq_var",
-];
-/// Means over each cell's step rows.
-const STEP_MEANS: [&str; 3] = [
-    "mismatch_kl_k3",
-    "mismatch_route_frac",
-    "mismatch_extreme_frac",
-];
+impl ArmSummary {
+    /// The arm's mean and interval of the registry's metric `name`.
+    pub fn m(&self, name: &str) -> &MeanCi {
+        self.metrics.get(name)
+    }
+}
 
 /// `df` with a `label` column: `regime/arm` when the run (`multi`) holds several regimes, else
 /// the arm. Decided per run, not per frame: a frame may hold rows of only some regimes (events).
@@ -282,7 +263,7 @@ fn step_cells(df: &DataFrame, multi: bool) -> Result<DataFrame> {
     per_cell(
         &steps,
         &["regime", "arm", "algorithm", "routing", "ffn"],
-        &STEP_MEANS,
+        &columns(Source::Steps),
         vec![
             col("reward_mean").drop_nulls().alias("rewards"),
             col("eval_accuracy").drop_nulls().last().alias("final_eval"),
@@ -293,9 +274,10 @@ fn step_cells(df: &DataFrame, multi: bool) -> Result<DataFrame> {
 pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
     let multi = regimes(&f.steps).len() > 1;
     let steps = step_cells(&f.steps, multi)?;
+    let (update_cols, step_cols) = (columns(Source::Updates), columns(Source::Steps));
     let updates = cell_values(
-        &per_cell(&labelled(&f.updates, multi)?, &[], &UPDATE_MEANS, vec![])?,
-        &UPDATE_MEANS,
+        &per_cell(&labelled(&f.updates, multi)?, &[], &update_cols, vec![])?,
+        &update_cols,
     )?;
     let ev = labelled(&f.events, multi)?;
     let events = event_counts(&ev)?;
@@ -305,7 +287,7 @@ pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
     let (regime, arm) = (str_col(&steps, "regime")?, str_col(&steps, "arm")?);
     let (alg, routing) = (str_col(&steps, "algorithm")?, str_col(&steps, "routing")?);
     let ffn = str_col(&steps, "ffn")?;
-    let step_means = cell_values(&steps, &STEP_MEANS)?;
+    let step_means = cell_values(&steps, &step_cols)?;
     let final_eval = f64_col(&steps, "final_eval")?;
     let rewards = steps.column("rewards")?.list()?.clone();
     let mut out: Vec<ArmSummary> = Vec::new();
@@ -344,14 +326,19 @@ pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
             .iter()
             .map(|&j| final_eval[j].unwrap_or(f64::NAN))
             .collect();
-        let drift_expert_frac = over_seeds(&updates, UPDATE_MEANS[0], 0);
-        let drift_since_rollout_frac = over_seeds(&updates, UPDATE_MEANS[1], 1);
-        let clip_frac_tok = over_seeds(&updates, UPDATE_MEANS[2], 2);
-        let ratio_tok_var = over_seeds(&updates, UPDATE_MEANS[3], 3);
-        let ratio_seq_var = over_seeds(&updates, UPDATE_MEANS[4], 4);
-        let mismatch_kl_k3 = over_seeds(&step_means, STEP_MEANS[0], 0);
-        let mismatch_route_frac = over_seeds(&step_means, STEP_MEANS[1], 1);
-        let mismatch_extreme_frac = over_seeds(&step_means, STEP_MEANS[2], 2);
+        let metrics = MetricMeans(
+            METRICS
+                .iter()
+                .map(|m| {
+                    let (table, cols) = match m.source {
+                        Source::Updates => (&updates, &update_cols),
+                        Source::Steps => (&step_means, &step_cols),
+                    };
+                    let k = cols.iter().position(|c| *c == m.name).expect("own column");
+                    over_seeds(table, m.name, k)
+                })
+                .collect(),
+        );
         let seeds: Vec<i64> = rows.iter().map(|&j| seed[j]).collect();
         per_seed.extend(event_flags(&ev_cells, l, &seeds));
         per_seed.insert("final_reward".into(), fin.clone());
@@ -369,14 +356,7 @@ pub fn summarize(f: &RunFrames) -> Result<Vec<ArmSummary>> {
             final_eval: mean_ci(&fev),
             reached: stt.iter().filter(|x| x.is_finite()).count(),
             steps_to_target: mean_ci(&stt),
-            drift_expert_frac,
-            drift_since_rollout_frac,
-            clip_frac_tok,
-            ratio_tok_var,
-            ratio_seq_var,
-            mismatch_kl_k3,
-            mismatch_route_frac,
-            mismatch_extreme_frac,
+            metrics,
             collapses,
             collapsed_cells,
             warned_cells,
@@ -415,7 +395,7 @@ pub fn write_summary_files(dir: &Path, sums: &[ArmSummary]) -> Result<()> {
     };
     let n =
         |f: &dyn Fn(&ArmSummary) -> usize| sums.iter().map(|a| f(a) as i64).collect::<Vec<i64>>();
-    let cols = vec![
+    let mut cols = vec![
         Column::new("arm".into(), s(&|a| a.arm.clone())),
         Column::new("algorithm".into(), s(&|a| a.algorithm.clone())),
         Column::new("routing".into(), s(&|a| a.routing.clone())),
@@ -429,30 +409,22 @@ pub fn write_summary_files(dir: &Path, sums: &[ArmSummary]) -> Result<()> {
             x(&|a| a.steps_to_target.mean),
         ),
         Column::new("cells_reaching_target".into(), n(&|a| a.reached)),
-        Column::new(
-            "drift_expert_frac_mean".into(),
-            x(&|a| a.drift_expert_frac.mean),
-        ),
-        Column::new(
-            "drift_expert_frac_ci95".into(),
-            x(&|a| a.drift_expert_frac.ci95),
-        ),
-        Column::new("clip_frac_tok_mean".into(), x(&|a| a.clip_frac_tok.mean)),
-        Column::new("clip_frac_tok_ci95".into(), x(&|a| a.clip_frac_tok.ci95)),
-        Column::new("ratio_tok_var_mean".into(), x(&|a| a.ratio_tok_var.mean)),
-        Column::new("ratio_seq_var_mean".into(), x(&|a| a.ratio_seq_var.mean)),
-        Column::new("mismatch_kl_k3_mean".into(), x(&|a| a.mismatch_kl_k3.mean)),
-        Column::new(
-            "mismatch_route_frac_mean".into(),
-            x(&|a| a.mismatch_route_frac.mean),
-        ),
-        Column::new(
-            "mismatch_extreme_frac_mean".into(),
-            x(&|a| a.mismatch_extreme_frac.mean),
-        ),
         Column::new("collapse_cells".into(), n(&|a| a.collapsed_cells)),
         Column::new("warning_cells".into(), n(&|a| a.warned_cells)),
     ];
+    // Every registry metric, its mean and interval, before the event counts.
+    let events = cols.split_off(cols.len() - 2);
+    for m in METRICS {
+        cols.push(Column::new(
+            format!("{}_mean", m.name).into(),
+            x(&|a| a.m(m.name).mean),
+        ));
+        cols.push(Column::new(
+            format!("{}_ci95", m.name).into(),
+            x(&|a| a.m(m.name).ci95),
+        ));
+    }
+    cols.extend(events);
     let mut df = DataFrame::new(sums.len(), cols)?;
     write_csv(&mut df, &dir.join("summary.csv"))?;
     write_json(&dir.join("summary.json"), sums)

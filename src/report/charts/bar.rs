@@ -80,7 +80,7 @@ impl Chart for BarChart {
         let t = |v: f64| self.t(v);
         let (lo, hi) = self.y_range();
         let n = self.bars.len();
-        let mut chart = ChartBuilder::on(&root)
+        let mut chart = ChartBuilder::on(root)
             .caption(&self.title, ("sans-serif", 22))
             .margin(12)
             .x_label_area_size(60)

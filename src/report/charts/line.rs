@@ -274,7 +274,7 @@ impl Chart for LineChart {
     {
         root.fill(&WHITE).map_err(err)?;
         let ((x0, x1), (y0, y1)) = self.ranges();
-        let mut chart = ChartBuilder::on(&root)
+        let mut chart = ChartBuilder::on(root)
             .caption(&self.title, ("sans-serif", 22))
             .margin(12)
             .x_label_area_size(40)

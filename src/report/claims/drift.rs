@@ -58,13 +58,13 @@ pub(super) fn share_line(md: &mut String, r: &Regime) -> Result<()> {
         .arms
         .arms
         .iter()
-        .filter(|(a, id)| id.ffn == FfnKind::Moe && a.drift_expert_frac.mean.is_finite())
+        .filter(|(a, id)| id.ffn == FfnKind::Moe && a.m("drift_expert_frac").mean.is_finite())
         .filter(|(a, _)| !crate::report::identical::is_repeat(&r.same, &a.name))
         .map(|(a, _)| a)
         .collect();
     let all = mean_ci(
         &moe.iter()
-            .map(|a| a.drift_expert_frac.mean)
+            .map(|a| a.m("drift_expert_frac").mean)
             .collect::<Vec<_>>(),
     );
     writeln!(
@@ -123,7 +123,7 @@ pub(super) fn depth_line(md: &mut String, r: &Regime) -> Result<()> {
         .arms
         .arms
         .iter()
-        .map(|(a, _)| format!("{} {}", n(a), ci(&a.drift_expert_frac)))
+        .map(|(a, _)| format!("{} {}", n(a), ci(a.m("drift_expert_frac"))))
         .collect();
     writeln!(
         md,

@@ -96,14 +96,14 @@ pub(super) fn kl_line(md: &mut String, r: &Regime) -> Result<()> {
         "- `{}`: k3 KL per token {} (MoE) {}; share of token-layer routes that differ {}",
         r.name,
         n(m),
-        ci(&m.mismatch_kl_k3),
-        ci(&m.mismatch_route_frac)
+        ci(m.m("mismatch_kl_k3")),
+        ci(m.m("mismatch_route_frac"))
     );
     for a in [r.arms.grpo(RoutingMode::R3), r.arms.dense()]
         .into_iter()
         .flatten()
     {
-        write!(line, "; {} {}", n(a), ci(&a.mismatch_kl_k3))?;
+        write!(line, "; {} {}", n(a), ci(a.m("mismatch_kl_k3")))?;
     }
     line.push_str(if r.mismatch {
         "."
@@ -207,7 +207,7 @@ pub(super) fn extreme_line(md: &mut String, r: &Regime) -> Result<()> {
     }
     let parts: Vec<String> = arms
         .iter()
-        .map(|a| format!("{} {}", n(a), ci(&a.mismatch_extreme_frac)))
+        .map(|a| format!("{} {}", n(a), ci(a.m("mismatch_extreme_frac"))))
         .collect();
     writeln!(
         md,

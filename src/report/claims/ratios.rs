@@ -58,9 +58,9 @@ pub(super) fn clips_line(md: &mut String, r: &Regime) -> Result<()> {
         "- `{}`: clipped-token fraction {} {} vs {} {}.",
         r.name,
         n(g),
-        ci(&g.clip_frac_tok),
+        ci(g.m("clip_frac_tok")),
         n(p),
-        ci(&p.clip_frac_tok),
+        ci(p.m("clip_frac_tok")),
     )?;
     Ok(())
 }
