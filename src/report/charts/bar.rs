@@ -116,11 +116,15 @@ impl Chart for BarChart {
             .axis_desc_style(("sans-serif", 16))
             .draw()
             .map_err(err)?;
+        let colors = super::series_colors(self.bars.iter().map(|b| (b.0.as_str(), None)));
         for (i, b) in self.bars.iter().enumerate() {
             let x = i as f64;
             chart
                 .draw_series((b.1 > 0.0).then(|| {
-                    Rectangle::new([(x + 0.15, lo), (x + 0.85, t(b.1))], palette(i).filled())
+                    Rectangle::new(
+                        [(x + 0.15, lo), (x + 0.85, t(b.1))],
+                        palette(colors[i]).filled(),
+                    )
                 }))
                 .map_err(err)?;
             let label = if b.1 <= 0.0 {

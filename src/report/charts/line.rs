@@ -68,6 +68,11 @@ impl LineChart {
         ((x0, x1), (y0, y1))
     }
 
+    /// Each series' palette index ([`super::series_colors`]).
+    fn colors(&self) -> Vec<usize> {
+        super::series_colors(self.series.iter().map(|s| (s.name.as_str(), s.color)))
+    }
+
     /// The outline of a series' band: its upper edge forward, its lower edge back.
     fn band_polygon(&self, s: &Series) -> Vec<(f64, f64)> {
         let mut poly: Vec<(f64, f64)> = s
@@ -94,8 +99,9 @@ impl LineChart {
     where
         DB::ErrorType: 'static,
     {
+        let colors = self.colors();
         for (i, lines) in self.faint.iter().enumerate() {
-            let color = palette(i).mix(0.12);
+            let color = palette(colors.get(i).copied().unwrap_or(i)).mix(0.12);
             for l in lines {
                 let pts: Vec<(f64, f64)> = l
                     .iter()
@@ -131,8 +137,9 @@ impl LineChart {
     where
         DB::ErrorType: 'static,
     {
+        let colors = self.colors();
         for (i, s) in self.series.iter().enumerate() {
-            let color = palette(s.color.unwrap_or(i));
+            let color = palette(colors[i]);
             if !s.band.is_empty() {
                 let poly = self.band_polygon(s);
                 chart
@@ -190,28 +197,29 @@ impl LineChart {
             if pts.is_empty() {
                 continue;
             }
-            let orange = RGBColor(230, 120, 0);
+            // Black and grey: no series colour (red and orange are series colours).
+            let grey = RGBColor(100, 100, 100);
             match kind {
                 MarkerKind::Collapse => {
                     chart
                         .draw_series(
                             pts.into_iter()
-                                .map(|p| Cross::new(p, 7, RED.stroke_width(2))),
+                                .map(|p| Cross::new(p, 7, BLACK.stroke_width(2))),
                         )
                         .map_err(err)?
                         .label(kind.legend())
-                        .legend(|(x, y)| Cross::new((x + 10, y), 6, RED.stroke_width(2)));
+                        .legend(|(x, y)| Cross::new((x + 10, y), 6, BLACK.stroke_width(2)));
                 }
                 MarkerKind::Warning => {
                     chart
                         .draw_series(
                             pts.into_iter()
-                                .map(|p| TriangleMarker::new(p, 7, orange.stroke_width(2))),
+                                .map(|p| TriangleMarker::new(p, 7, grey.stroke_width(2))),
                         )
                         .map_err(err)?
                         .label(kind.legend())
                         .legend(move |(x, y)| {
-                            TriangleMarker::new((x + 10, y), 6, orange.stroke_width(2))
+                            TriangleMarker::new((x + 10, y), 6, grey.stroke_width(2))
                         });
                 }
             }

@@ -60,9 +60,9 @@ pub struct Series {
 /// What a marker on a line chart stands for: each kind has its own shape and legend entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MarkerKind {
-    /// Training broke down (reward, entropy, non-finite or expert collapse): a red cross.
+    /// Training broke down (reward, entropy, non-finite or expert collapse): a black cross.
     Collapse,
-    /// A warning (ratio explosion, gradient spike) and no breakdown: an orange triangle.
+    /// A warning (ratio explosion, gradient spike) and no breakdown: a grey triangle.
     Warning,
 }
 
@@ -111,6 +111,48 @@ pub struct LineChart {
     pub scatter: bool,
     /// The x values are categories numbered 0, 1, 2, …: ticks at the integers only.
     pub categorical_x: bool,
+}
+
+/// The palette index of a method, so that an arm keeps its colour in every figure of every
+/// run: the arm name is the part after a `regime/` prefix and before ` = ` (merged twins).
+/// None for a name outside this list.
+pub fn method_color(name: &str) -> Option<usize> {
+    let arm = name.rsplit('/').next().unwrap_or(name);
+    let arm = arm.split(" = ").next().unwrap_or(arm).trim();
+    let known = [
+        "grpo",
+        "grpo_r2",
+        "grpo_r3",
+        "gspo",
+        "gvpo",
+        "dense",
+        "cispo",
+        "grpo_shift",
+        "gmpo",
+        "grpo_tis",
+    ];
+    known.iter().position(|k| *k == arm)
+}
+
+/// The palette index of each series of a chart: its own `color`, else its method's, else its
+/// place; a colour already taken by an earlier series goes to the next free one, so that two
+/// series of one chart never share a colour.
+pub fn series_colors<'a>(names: impl Iterator<Item = (&'a str, Option<usize>)>) -> Vec<usize> {
+    let mut taken: Vec<(usize, String)> = Vec::new();
+    let mut out = Vec::new();
+    for (i, (name, own)) in names.enumerate() {
+        let want = own.or_else(|| method_color(name)).unwrap_or(i);
+        // A series sharing another's colour on purpose (a fit in its data's colour) keeps it.
+        let mut c = want;
+        if own.is_none() {
+            while taken.iter().any(|(t, n)| *t == c % 10 && n != name) && taken.len() < 10 {
+                c += 1;
+            }
+        }
+        taken.push((c % 10, name.to_string()));
+        out.push(c % 10);
+    }
+    out
 }
 
 pub fn palette(i: usize) -> RGBColor {
