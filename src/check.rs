@@ -226,7 +226,7 @@ fn measured_rows(
         if let Some(dir) = baseline.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        crate::io::write_json(baseline, &b)?;
+        crate::util::io::write_json(baseline, &b)?;
         return Ok(None);
     }
     let text = std::fs::read_to_string(baseline).with_context(|| {
@@ -262,7 +262,7 @@ pub fn check(
     let started = std::time::Instant::now();
     let write = |xml: String| -> Result<()> {
         match junit {
-            Some(path) => crate::io::write_atomic(path, xml.as_bytes())
+            Some(path) => crate::util::io::write_atomic(path, xml.as_bytes())
                 .with_context(|| format!("writing the JUnit report {}", path.display())),
             None => Ok(()),
         }

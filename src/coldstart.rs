@@ -2,12 +2,12 @@
 //! or a step budget is reached; the checkpoint is cached by a hash of everything that makes it.
 
 use crate::generate::{Sampling, generate, layout};
-use crate::hash::{derive_seed, fnv1a64};
-use crate::io::{write_atomic, write_json};
 use crate::model::{ForwardOptions, Model, ModelConfig, Preset, Weights, token_logp};
 use crate::optim::{AdamW, AdamWConfig};
-use crate::progress::Progress;
 use crate::task::{EOS, Problem, Task, TaskConfig};
+use crate::util::hash::{derive_seed, fnv1a64};
+use crate::util::io::{write_atomic, write_json};
+use crate::util::progress::Progress;
 use anyhow::{Context, Result};
 use burn::tensor::Device;
 use rand::rngs::Xoshiro256PlusPlus;
@@ -204,7 +204,7 @@ pub fn sft_loss(
     let device = out.logits.device();
     let picked = out
         .logits
-        .select(0, crate::tensors::ints(&rows, [rows.len()], &device));
+        .select(0, crate::util::tensors::ints(&rows, [rows.len()], &device));
     let nll = -token_logp(picked, &targets, 1.0).mean();
     let counts = out.load.iter().map(|l| l.counts.clone()).collect();
     (nll + out.aux_loss * aux_coef as f32, counts)
@@ -237,11 +237,11 @@ pub fn train(
         model.weights = model.weights.map(|t| {
             let shape = t.shape().dims::<2>();
             let dev = t.device();
-            let v = crate::tensors::to_vec(t.inner())
+            let v = crate::util::tensors::to_vec(t.inner())
                 .into_iter()
                 .map(|x| ulp_step(x, rng.random()))
                 .collect();
-            crate::tensors::floats(v, shape, &dev)
+            crate::util::tensors::floats(v, shape, &dev)
         });
     }
     let opt_cfg = AdamWConfig {
@@ -266,7 +266,7 @@ pub fn train(
         let train_model = model.require_grad();
         let (loss, counts) = sft_loss(&train_model, &problems, cs.aux_coef);
         let grads = loss.backward();
-        let loss_v = crate::tensors::scalar(loss.inner());
+        let loss_v = crate::util::tensors::scalar(loss.inner());
         let g = AdamW::collect_grads(&train_model.weights, &grads);
         // The graph and the trained leaves share the weights' buffers: dropped here, the
         // optimizer updates them without a copy.
@@ -385,7 +385,7 @@ pub fn load_or_train(
     cache_dir: &Path,
     progress: &Progress,
 ) -> Result<ColdStart> {
-    use crate::lock::{Attempt, Lock};
+    use crate::util::lock::{Attempt, Lock};
     let key = cache_key(model_cfg, &task.cfg, cs, seed);
     let path = cache_path(cache_dir, &key);
     if let Some(c) = load_cached(&path, model_cfg, device) {

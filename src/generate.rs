@@ -4,7 +4,7 @@
 use crate::model::RoutingTrace;
 use crate::model::{ForwardOptions, LayerCache, Model, NO_ROUTE, SeqBatch};
 use crate::task::{EOS, PAD};
-use crate::tensors::to_vec;
+use crate::util::tensors::to_vec;
 use rand::RngExt;
 use rand::rngs::Xoshiro256PlusPlus;
 
@@ -296,7 +296,7 @@ impl Shards {
         let bounds = &self.bounds;
         let opts: Vec<ForwardOptions<'static>> =
             bounds.iter().map(|r| routing_for(r.len() * pw)).collect();
-        let outs = crate::parallel::par_map_mut(&mut self.caches, |i, cache| {
+        let outs = crate::util::parallel::par_map_mut(&mut self.caches, |i, cache| {
             let r = bounds[i].clone();
             let n = r.len();
             let valid = pvalid[r.start * pw..r.end * pw].to_vec();
@@ -348,7 +348,7 @@ impl Shards {
         let bounds = &self.bounds;
         let opts: Vec<ForwardOptions<'static>> =
             bounds.iter().map(|r| routing_for(r.len())).collect();
-        let outs = crate::parallel::par_map_mut(&mut self.caches, |i, cache| {
+        let outs = crate::util::parallel::par_map_mut(&mut self.caches, |i, cache| {
             let r = bounds[i].clone();
             let kv_flat: Vec<bool> = key_valid[r.clone()].iter().flatten().copied().collect();
             let batch = SeqBatch {

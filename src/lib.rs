@@ -6,12 +6,13 @@
 //! layers below it, never from a layer above; `tests/source_shape.rs` checks that the file
 //! graph has no import cycle and that the layer rules hold.
 //!
-//! 1. **Utilities**, no simulation in them: [`io`] (Parquet, CSV, JSON, atomic writes),
-//!    [`hash`] (stable hashes, seeds of random streams), [`lock`] (lock files for work several
-//!    processes share), [`names`] (typed names of closed sets), [`progress`] (bars and log
-//!    lines), [`parallel`] (order-stable parallel maps), [`host`] (the machine a run ran on),
-//!    [`device`] (`--device`, `--threads`), [`tensors`] and [`fastmath`] (host/device
-//!    conversions, vectorisable `exp` and sigmoid).
+//! 1. **Utilities**, no simulation in them: [`util`] ([`util::io`]: Parquet, CSV, JSON, atomic
+//!    writes; [`util::hash`]: stable hashes, seeds of random streams; [`util::lock`]: lock files
+//!    for work several processes share; [`util::names`]: typed names of closed sets;
+//!    [`util::progress`]: bars and log lines; [`util::parallel`]: order-stable parallel maps;
+//!    [`util::host`]: the machine a run ran on; [`util::tensors`] and [`util::fastmath`]:
+//!    host/device conversions, vectorisable `exp` and sigmoid), and [`device`] (`--device`,
+//!    `--threads`).
 //! 2. **The model and the task**: [`model`] (the instrumented MoE transformer and its fused
 //!    CPU path), [`task`] (the verifiable tasks, their tokenizer, rewards and eval sets),
 //!    [`optim`] (AdamW with parameter groups and global gradient clipping).
@@ -35,22 +36,14 @@ pub mod coldstart;
 pub mod commands;
 pub mod device;
 pub mod experiment;
-pub mod fastmath;
 pub mod generate;
-pub mod hash;
-pub mod host;
-pub mod io;
-pub mod lock;
 pub mod metrics;
 pub mod model;
-pub mod names;
 pub mod optim;
-pub mod parallel;
-pub mod progress;
 pub mod report;
 pub mod rl;
 pub mod task;
-pub mod tensors;
+pub mod util;
 
 // flex allocates a fresh buffer for most tensor ops; mimalloc keeps freed pages for reuse
 // instead of returning them to the OS and faulting them back in (≈10% of MoE layer time).

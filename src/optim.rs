@@ -2,7 +2,7 @@
 //! clips per tensor and has one learning rate per optimizer.
 
 use crate::model::{ParamGroup, Weights};
-use crate::tensors::{floats, is_host, to_vec};
+use crate::util::tensors::{floats, is_host, to_vec};
 use burn::tensor::{Gradients, Tensor};
 use serde::{Deserialize, Serialize};
 
@@ -207,7 +207,7 @@ impl AdamW {
     /// pool has threads to spare; they are combined in order.
     pub fn global_norm(grads: &[Tensor<2>]) -> f32 {
         let sq: Vec<Tensor<1>> =
-            crate::parallel::par_map(grads.len(), |i| grads[i].clone().powi_scalar(2).sum());
+            crate::util::parallel::par_map(grads.len(), |i| grads[i].clone().powi_scalar(2).sum());
         to_vec(Tensor::cat(sq, 0).sum())[0].sqrt()
     }
 
@@ -260,43 +260,44 @@ impl AdamW {
             })
             .collect();
         let fused = self.fused;
-        let updated = crate::parallel::par_map_mut(&mut slots, |_, (w, g, group, m_old, v_old)| {
-            let (lr_g, wd) = match group {
-                ParamGroup::Router => (lr * c.router_lr_mult, c.weight_decay),
-                ParamGroup::Matrix => (lr, c.weight_decay),
-                ParamGroup::NoDecay => (lr, 0.0),
-            };
-            let k = Coef {
-                scale: scale as f32,
-                b1: c.beta1 as f32,
-                c1: (1.0 - c.beta1) as f32,
-                b2: c.beta2 as f32,
-                c2: (1.0 - c.beta2) as f32,
-                bc1: bc1 as f32,
-                bc2: bc2 as f32,
-                eps: c.eps as f32,
-                lr: lr_g as f32,
-                decay: (wd > 0.0).then_some((lr_g * wd) as f32),
-            };
-            let w = w.take().expect("each slot once").inner();
-            let g = g.take().expect("each slot once");
-            if !fused {
-                let (w, m, v) = tensor_update(
-                    w,
-                    g,
-                    m_old.take().map(Moment::tensor),
-                    v_old.take().map(Moment::tensor),
-                    k,
-                );
-                return (w, Moment::Tensor(Box::new(m)), Moment::Tensor(Box::new(v)));
-            }
-            let (dims, device) = (w.dims(), w.device());
-            let mut wv = to_vec(w);
-            let mut m = m_old.take().map(Moment::host).unwrap_or_default();
-            let mut v = v_old.take().map(Moment::host).unwrap_or_default();
-            host_update(&mut wv, &to_vec(g), &mut m, &mut v, k);
-            (floats(wv, dims, &device), Moment::Host(m), Moment::Host(v))
-        });
+        let updated =
+            crate::util::parallel::par_map_mut(&mut slots, |_, (w, g, group, m_old, v_old)| {
+                let (lr_g, wd) = match group {
+                    ParamGroup::Router => (lr * c.router_lr_mult, c.weight_decay),
+                    ParamGroup::Matrix => (lr, c.weight_decay),
+                    ParamGroup::NoDecay => (lr, 0.0),
+                };
+                let k = Coef {
+                    scale: scale as f32,
+                    b1: c.beta1 as f32,
+                    c1: (1.0 - c.beta1) as f32,
+                    b2: c.beta2 as f32,
+                    c2: (1.0 - c.beta2) as f32,
+                    bc1: bc1 as f32,
+                    bc2: bc2 as f32,
+                    eps: c.eps as f32,
+                    lr: lr_g as f32,
+                    decay: (wd > 0.0).then_some((lr_g * wd) as f32),
+                };
+                let w = w.take().expect("each slot once").inner();
+                let g = g.take().expect("each slot once");
+                if !fused {
+                    let (w, m, v) = tensor_update(
+                        w,
+                        g,
+                        m_old.take().map(Moment::tensor),
+                        v_old.take().map(Moment::tensor),
+                        k,
+                    );
+                    return (w, Moment::Tensor(Box::new(m)), Moment::Tensor(Box::new(v)));
+                }
+                let (dims, device) = (w.dims(), w.device());
+                let mut wv = to_vec(w);
+                let mut m = m_old.take().map(Moment::host).unwrap_or_default();
+                let mut v = v_old.take().map(Moment::host).unwrap_or_default();
+                host_update(&mut wv, &to_vec(g), &mut m, &mut v, k);
+                (floats(wv, dims, &device), Moment::Host(m), Moment::Host(v))
+            });
         let mut new_w = Vec::with_capacity(updated.len());
         for (i, (w, m, v)) in updated.into_iter().enumerate() {
             self.m[i] = Some(m);

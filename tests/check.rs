@@ -9,7 +9,7 @@ use std::path::Path;
 fn opts(tag: &str) -> RunOptions {
     common::run_options(
         &format!("check-{tag}"),
-        Path::new(driftlab::io::DEFAULT_CACHE_DIR).into(),
+        Path::new(driftlab::util::io::DEFAULT_CACHE_DIR).into(),
     )
 }
 

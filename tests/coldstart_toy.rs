@@ -4,8 +4,8 @@ mod common;
 use common::flex;
 use driftlab::coldstart::{ColdStartConfig, train};
 use driftlab::model::ModelConfig;
-use driftlab::progress::Progress;
 use driftlab::task::{Task, TaskConfig, Tokenizer};
+use driftlab::util::progress::Progress;
 
 #[test]
 fn toy_sort_cold_start_reaches_the_band() {

@@ -4,8 +4,8 @@ mod common;
 use common::*;
 use driftlab::coldstart::{ColdStartConfig, cache_key, cache_path, load_or_train, train};
 use driftlab::model::{ModelConfig, Weights};
-use driftlab::progress::Progress;
 use driftlab::task::{Task, TaskConfig, TaskKind, Tokenizer};
+use driftlab::util::progress::Progress;
 
 fn err(r: anyhow::Result<impl std::fmt::Debug>) -> String {
     format!("{:#}", r.expect_err("expected an error"))

@@ -2,11 +2,11 @@
 
 mod common;
 use driftlab::experiment::{ArmSpec, ExperimentSpec, RunOptions, run_experiment};
-use driftlab::io::read_parquet;
 use driftlab::metrics::frames::{f64_col, i64_col};
 use driftlab::model::FfnKind;
 use driftlab::report::{PLOTS, write_report};
 use driftlab::rl::{Algorithm, DriftInjection, GrpoConfig, GspoConfig, RoutingMode};
+use driftlab::util::io::read_parquet;
 use polars::prelude::DataType;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -867,8 +867,8 @@ fn the_summary_counts_every_event_under_its_regime() {
 
 #[test]
 fn summaries_do_not_depend_on_the_order_cells_flushed_in() {
-    use driftlab::io::write_parquet;
     use driftlab::report::{load_frames, summarize};
+    use driftlab::util::io::write_parquet;
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results/moe_drift");
     let tmp = std::env::temp_dir().join(format!("driftlab-reversed-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();

@@ -5,7 +5,7 @@ use common::*;
 use driftlab::generate::{Sampling, generate};
 use driftlab::model::{ForwardOptions, NO_ROUTE, token_logp};
 use driftlab::task::{EOS, Problem, Task, TaskConfig, TaskKind, Tokenizer};
-use driftlab::tensors::{ints, to_vec};
+use driftlab::util::tensors::{ints, to_vec};
 use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
 

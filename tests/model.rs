@@ -7,7 +7,7 @@ use common::*;
 use driftlab::model::moe::{LayerRouting, moe_forward, native_topk, swiglu};
 use driftlab::model::weights::{MoeWeights, SwiGlu};
 use driftlab::model::{ForwardOptions, ModelConfig, NO_ROUTE, SeqBatch};
-use driftlab::tensors::{floats, ints, to_vec};
+use driftlab::util::tensors::{floats, ints, to_vec};
 
 #[test]
 fn replaying_the_native_trace_gives_identical_logits() {
@@ -724,7 +724,7 @@ fn the_silu_mul_node_is_bitwise_the_tensor_form() {
     let tensor_form = |a1: Tensor<2>, a3: Tensor<2>| {
         let (h1, h3) = (to_vec(a1.clone().inner()), to_vec(a3.clone().inner()));
         let (mut c1, mut c3) = (vec![0.0; n * f], vec![0.0; n * f]);
-        driftlab::fastmath::silu_mul_consts(&h1, &h3, &mut c1, &mut c3);
+        driftlab::util::fastmath::silu_mul_consts(&h1, &h3, &mut c1, &mut c3);
         let (c1, c3) = (floats(c1, [n, f], &device), floats(c3, [n, f], &device));
         let a1c = a1.clone().inner().autodiff();
         (a1 - a1c) * c1.autodiff() + a3 * c3.autodiff()

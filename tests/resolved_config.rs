@@ -3,10 +3,10 @@
 
 mod common;
 use driftlab::experiment::{ArmSpec, CellConfig, ExperimentSpec, run_experiment};
-use driftlab::io::{read_parquet, write_parquet};
 use driftlab::model::FfnKind;
 use driftlab::report::{RunInfo, findings::findings, load_frames};
 use driftlab::rl::{Algorithm, AlgorithmKind, GrpoConfig, GspoConfig, RlConfig, RoutingMode};
+use driftlab::util::io::{read_parquet, write_parquet};
 use polars::prelude::*;
 use std::path::Path;
 
@@ -290,12 +290,12 @@ fn config_json_records_every_cells_resolved_config() {
     assert_eq!(cells[8].rl.algorithm.kind(), AlgorithmKind::Grpo);
     assert_eq!(cells[8].model.ffn, FfnKind::Dense);
     // The machine, so a reader can tell whether bits should match theirs.
-    let host: driftlab::host::Host = serde_json::from_value(v["host"].clone()).unwrap();
+    let host: driftlab::util::host::Host = serde_json::from_value(v["host"].clone()).unwrap();
     assert_eq!(
         host,
-        driftlab::host::Host {
+        driftlab::util::host::Host {
             threads: host.threads,
-            ..driftlab::host::Host::detect()
+            ..driftlab::util::host::Host::detect()
         }
     );
     let _ = std::fs::remove_dir_all(&out);

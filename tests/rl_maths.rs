@@ -9,7 +9,7 @@ use driftlab::rl::{
     AdvantageMode, Aggregation, Algorithm, CispoConfig, GmpoConfig, GrpoConfig, GspoConfig,
     GvpoConfig, TisConfig,
 };
-use driftlab::tensors::{floats, to_vec};
+use driftlab::util::tensors::{floats, to_vec};
 
 fn close(a: f32, b: f32, tol: f32) -> bool {
     (a - b).abs() <= tol

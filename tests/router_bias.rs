@@ -9,7 +9,7 @@ use driftlab::model::moe::{moe_forward, swiglu};
 use driftlab::model::weights::{MoeWeights, SwiGlu};
 use driftlab::model::{LayerRouting, Model, ModelConfig, RouterKind};
 use driftlab::rl::{Algorithm, GrpoConfig, RlConfig, RoutingMode, Trainer};
-use driftlab::tensors::{floats, to_vec};
+use driftlab::util::tensors::{floats, to_vec};
 
 fn sig(z: f32) -> f32 {
     1.0 / (1.0 + (-z).exp())

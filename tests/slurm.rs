@@ -6,7 +6,7 @@
 mod common;
 use driftlab::experiment::ExperimentSpec;
 use driftlab::experiment::merge::canonical;
-use driftlab::io::read_parquet;
+use driftlab::util::io::read_parquet;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -191,10 +191,7 @@ const ABOVE_REPORT: &[&str] = &["commands", "cli", "run"];
 /// The layers of `src/lib.rs`'s module doc, bottom up, by top-level folder (a file at the
 /// root of src/ is its own folder). A folder imports from its own layer and those below.
 const LAYERS: &[&[&str]] = &[
-    &[
-        "io", "hash", "lock", "names", "progress", "parallel", "host", "device", "tensors",
-        "fastmath",
-    ],
+    &["util", "device"],
     &["model", "task", "optim"],
     &["generate", "coldstart", "rl"],
     &["metrics"],

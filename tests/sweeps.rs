@@ -5,11 +5,11 @@
 mod common;
 use driftlab::experiment::merge::{canonical, merge};
 use driftlab::experiment::{ArmSpec, ExperimentSpec, RunOptions, Shard, run_experiment};
-use driftlab::io::read_parquet;
 use driftlab::metrics::schema::frames;
 use driftlab::model::FfnKind;
 use driftlab::report::write_report;
 use driftlab::rl::{Algorithm, GrpoConfig, GspoConfig, RoutingMode};
+use driftlab::util::io::read_parquet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use driftlab::device::DeviceChoice;
 use driftlab::model::{ForwardOptions, Model, Weights};
-use driftlab::tensors::to_vec;
+use driftlab::util::tensors::to_vec;
 
 fn wgpu_cpu() -> burn::tensor::Device {
     DeviceChoice::WgpuCpu

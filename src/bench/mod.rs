@@ -10,7 +10,7 @@ use crate::model::moe::{LayerRouting, moe_forward};
 use crate::model::weights::{FfnWeights, Weights};
 use crate::model::{ForwardOptions, Model, ModelConfig, Preset};
 use crate::task::{Problem, Task, TaskConfig, Tokenizer};
-use crate::tensors::{floats, to_vec};
+use crate::util::tensors::{floats, to_vec};
 use anyhow::Result;
 use burn::tensor::Device;
 use rand::SeedableRng;
@@ -26,7 +26,7 @@ use timing::median_secs;
 pub fn moe_layer_ms(device: &Device, reps: usize) -> (f64, Option<f64>) {
     let step = moe_layer_step(device);
     #[cfg(feature = "flex")]
-    if crate::tensors::is_host(device) {
+    if crate::util::tensors::is_host(device) {
         use crate::model::fused::with_fused;
         use timing::{median, secs};
         let (mut a, mut b) = (Vec::new(), Vec::new());
@@ -155,8 +155,8 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
             &ColdStartConfig::default(),
             0,
             device,
-            std::path::Path::new(crate::io::DEFAULT_CACHE_DIR),
-            &crate::progress::Progress::auto(),
+            std::path::Path::new(crate::util::io::DEFAULT_CACHE_DIR),
+            &crate::util::progress::Progress::auto(),
         )
     };
     let softmax = cold(RouterKind::Softmax)?;
@@ -271,6 +271,6 @@ pub fn adamw_secs(preset: Preset, device: &Device, reps: usize) -> Result<(f64, 
         secs[secs.len() / 2]
     };
     let tensor = time(false);
-    let fused = crate::tensors::is_host(device).then(|| time(true));
+    let fused = crate::util::tensors::is_host(device).then(|| time(true));
     Ok((tensor, fused))
 }

@@ -87,7 +87,7 @@ fn split(out: &StepOutput, cfg: &ModelConfig) -> Split {
 pub fn rl_preset(preset: Preset, device: &Device, reps: usize) -> Result<()> {
     let task = Task::new(TaskConfig::default(), 0)?;
     let cfg = ModelConfig::preset(preset, Tokenizer.vocab_size())?;
-    let cache = std::path::Path::new(crate::io::DEFAULT_CACHE_DIR);
+    let cache = std::path::Path::new(crate::util::io::DEFAULT_CACHE_DIR);
     let (model, from) = match cached(
         &cfg,
         &task.cfg,

@@ -3,8 +3,8 @@
 
 use crate::check::check;
 use crate::experiment::{RunOptions, find_spec};
-use crate::io::DEFAULT_CACHE_DIR;
-use crate::progress::Progress;
+use crate::util::io::DEFAULT_CACHE_DIR;
+use crate::util::progress::Progress;
 use anyhow::Result;
 use burn::tensor::Device;
 use std::path::PathBuf;

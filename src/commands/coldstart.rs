@@ -2,9 +2,9 @@
 //! eval accuracy.
 
 use crate::coldstart::{ColdStartConfig, load_or_train, train};
-use crate::io::DEFAULT_CACHE_DIR;
 use crate::model::{FfnKind, ModelConfig, Preset};
 use crate::task::{Task, TaskConfig, TaskKind, Tokenizer};
+use crate::util::io::DEFAULT_CACHE_DIR;
 use anyhow::Result;
 use burn::tensor::Device;
 use std::path::PathBuf;
@@ -79,7 +79,7 @@ pub fn run(device: &Device, a: &ColdstartArgs) -> Result<()> {
         cs.eval_every = e;
     }
     let started = std::time::Instant::now();
-    let mp = crate::progress::Progress::auto();
+    let mp = crate::util::progress::Progress::auto();
     let out = if a.no_cache {
         train(&model_cfg, &t, &cs, a.seed, device, &mp)?
     } else {

@@ -2,9 +2,9 @@
 //! then write the report; Ctrl-C stops after the current step.
 
 use crate::experiment::{ExperimentSpec, RunOptions, Shard, find_spec, run_experiment};
-use crate::io::DEFAULT_CACHE_DIR;
 use crate::model::Preset;
 use crate::report::write_report;
+use crate::util::io::DEFAULT_CACHE_DIR;
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
 use std::path::PathBuf;
@@ -120,7 +120,7 @@ pub fn run(device: Device, device_name: String, jobs: usize, a: &ExperimentArgs)
         device,
         device_name,
         cache_dir: a.cache_dir.clone(),
-        progress: crate::progress::Progress::auto(),
+        progress: crate::util::progress::Progress::auto(),
         shard: a.shard,
         resume: a.resume,
         stop: stop.clone(),

@@ -41,7 +41,7 @@ pub struct LearnArgs {
     #[arg(long, default_value_t = 0)]
     pub rollout_staleness: usize,
     /// Cache directory of cold starts.
-    #[arg(long, default_value = crate::io::DEFAULT_CACHE_DIR)]
+    #[arg(long, default_value = crate::util::io::DEFAULT_CACHE_DIR)]
     pub cache_dir: PathBuf,
 }
 
@@ -87,7 +87,7 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
             seed,
             device,
             &a.cache_dir,
-            &crate::progress::Progress::auto(),
+            &crate::util::progress::Progress::auto(),
         )?;
         let mut cfg = RlConfig {
             algorithm: algorithm.clone(),

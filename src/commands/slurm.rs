@@ -5,7 +5,7 @@
 
 use super::experiment::{self, ExperimentArgs};
 use crate::device::DeviceArgs;
-use crate::io::{DEFAULT_CACHE_DIR, write_atomic, write_json};
+use crate::util::io::{DEFAULT_CACHE_DIR, write_atomic, write_json};
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use std::path::{Path, PathBuf};

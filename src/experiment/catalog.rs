@@ -32,7 +32,7 @@ pub fn find_spec(dir: &Path, name: &str) -> Result<ExperimentSpec> {
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         bail!(
             "{} (no {})",
-            crate::names::unknown("experiment", name, &refs),
+            crate::util::names::unknown("experiment", name, &refs),
             path.display()
         );
     }

@@ -2,7 +2,7 @@
 //! claims, a sweep axis, controls and map places.
 
 use super::spec::{CLAIM_LETTERS, DEFAULT_CLAIMS, ExperimentSpec};
-use crate::names::unknown;
+use crate::util::names::unknown;
 use anyhow::{Result, bail};
 
 impl ExperimentSpec {

@@ -5,8 +5,8 @@
 use super::cell::CellConfig;
 use super::shard::Shard;
 use super::status::{CellState, CellStatus};
-use crate::io::read_parquet;
 use crate::metrics::frames::{Frames, i64_col, str_col};
+use crate::util::io::read_parquet;
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 use std::collections::BTreeSet;

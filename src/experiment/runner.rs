@@ -8,17 +8,17 @@ use super::status::{CellState, CellStatus};
 use super::version::git_commit;
 use crate::coldstart::{ColdStart, load_or_train};
 use crate::generate::Sampling;
-use crate::io::write_json;
 use crate::metrics::collapse::{CollapseDetector, StepSignals};
 use crate::metrics::frames::Frames;
 use crate::metrics::rows::{
     CellId, Shape, StepMeasures, event_row, layer_rows, length_rows, ratio_tok_max, step_row,
     update_row,
 };
-use crate::parallel::work_queue;
-use crate::progress::{Progress, Stage};
 use crate::rl::{StepOutput, Trainer};
 use crate::task::Task;
+use crate::util::io::write_json;
+use crate::util::parallel::work_queue;
+use crate::util::progress::{Progress, Stage};
 use anyhow::{Context, Result};
 use burn::tensor::Device;
 use rand::SeedableRng;
@@ -59,8 +59,8 @@ struct RunConfig<'a> {
     crate_version: &'static str,
     git_commit: Option<String>,
     device: &'a str,
-    /// CPU model and kernel-relevant features (see [`crate::host`]).
-    host: crate::host::Host,
+    /// CPU model and kernel-relevant features (see [`crate::util::host`]).
+    host: crate::util::host::Host,
     start_unix: u64,
     /// The shard this folder holds (`cells` lists every cell of the spec; `ran` the
     /// canonical indices of this shard's).
@@ -193,7 +193,7 @@ fn write_config(
         crate_version: env!("CARGO_PKG_VERSION"),
         git_commit: git_commit(),
         device: &opts.device_name,
-        host: crate::host::Host::detect(),
+        host: crate::util::host::Host::detect(),
         start_unix,
         shard: opts.shard,
         ran: ran.to_vec(),

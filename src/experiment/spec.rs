@@ -3,9 +3,9 @@
 
 use crate::metrics::collapse::CollapseConfig;
 use crate::model::{FfnKind, Preset};
-use crate::names::unknown;
 use crate::rl::{Algorithm, DriftInjection, Mismatch, RlConfig, RoutingMode};
 use crate::task::TaskConfig;
+use crate::util::names::unknown;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

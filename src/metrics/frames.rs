@@ -188,7 +188,7 @@ impl Frames {
             &self.lengths,
             &self.events,
         ] {
-            crate::io::write_parquet(&mut f.to_df()?, &dir.join(f.schema.file_name()))?;
+            crate::util::io::write_parquet(&mut f.to_df()?, &dir.join(f.schema.file_name()))?;
         }
         Ok(())
     }

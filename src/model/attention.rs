@@ -2,7 +2,7 @@
 
 use super::config::ModelConfig;
 use super::weights::BlockWeights;
-use crate::tensors::floats;
+use crate::util::tensors::floats;
 use burn::tensor::{Device, Tensor};
 
 /// Rotary position embedding in the rotate-half form, `x·cos + rot(x)·sin` per head, where
@@ -219,7 +219,7 @@ pub fn attention(
     let m = mask.tensors();
     let scores = q.matmul(k.swap_dims(2, 3)) * (1.0 / (hd as f32).sqrt()) + m.additive.clone(); // [B, H, S, KV]
     let mx = scores.clone().detach().max_dim(3);
-    let e = crate::tensors::exp(scores - mx) * m.keep.clone();
+    let e = crate::util::tensors::exp(scores - mx) * m.keep.clone();
     let ctx = (e.clone() / e.sum_dim(3)).matmul(v); // [B, H, S, hd]
     ctx.swap_dims(1, 2).reshape([n, d]).matmul(w.wo.clone())
 }
@@ -227,7 +227,7 @@ pub fn attention(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tensors::to_vec;
+    use crate::util::tensors::to_vec;
 
     /// The projection-side RoPE equals rotate-half RoPE computed element by element.
     #[test]

@@ -11,7 +11,7 @@
 //!
 //! Per (row, head), with `c = 1/√hd`:
 //! - forward: `S = c·Q·Kᵀ`, `P = softmax(S)` over each query's allowed keys (shifted by their
-//!   maximum, [`crate::fastmath::exp`]), `O = P·V`;
+//!   maximum, [`crate::util::fastmath::exp`]), `O = P·V`;
 //! - backward: `dV = Pᵀ·dO`, `dP = dO·Vᵀ`, `dS = P ⊙ (dP − rowsum(P ⊙ dP))`, `dQ = c·dS·K`,
 //!   `dK = c·dSᵀ·Q`.
 //!
@@ -21,8 +21,8 @@
 //! `tests/model.rs`.
 
 use super::host_mm::{View, gemm_into, host};
-use crate::fastmath::exp;
-use crate::tensors::{floats, to_vec};
+use crate::util::fastmath::exp;
+use crate::util::tensors::{floats, to_vec};
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -317,7 +317,7 @@ pub fn attention_core(
     pos0: usize,
 ) -> Option<Tensor<3>> {
     let device = q.device();
-    if TENSOR_PATH.with(Cell::get) || !crate::tensors::is_host(&device) {
+    if TENSOR_PATH.with(Cell::get) || !crate::util::tensors::is_host(&device) {
         return None;
     }
     let ([b, s, d], [_, kv, _]) = (q.dims(), k.dims());

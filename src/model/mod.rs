@@ -18,7 +18,7 @@ pub use config::{FfnKind, ModelConfig, Preset, RouterKind};
 pub use moe::{LayerRouting, NO_ROUTE, RoutingTrace};
 pub use weights::{ParamGroup, Weights};
 
-use crate::tensors::log_softmax;
+use crate::util::tensors::log_softmax;
 use attention::{Mask, Rope, attention};
 use burn::tensor::{Device, Tensor};
 use weights::FfnWeights;
@@ -163,7 +163,7 @@ impl Model {
             .weights
             .embed
             .clone()
-            .select(0, crate::tensors::ints(&ids, [b * s], &device));
+            .select(0, crate::util::tensors::ints(&ids, [b * s], &device));
         let mut x = round(embedded); // [B·S, D]
         let mask = Mask::new(key_valid, b, pos0, s, &device);
         let mut traces = Vec::new();
@@ -263,7 +263,7 @@ pub fn token_logp(logits: Tensor<2>, targets: &[usize], temperature: f32) -> Ten
     let [n, _v] = logits.dims();
     let device = logits.device();
     let lp = log_softmax(logits / temperature, 1);
-    lp.gather(1, crate::tensors::ints(targets, [n, 1], &device))
+    lp.gather(1, crate::util::tensors::ints(targets, [n, 1], &device))
         .reshape([n])
 }
 
@@ -281,7 +281,7 @@ pub fn bf16_round(v: f32) -> f32 {
 pub fn round_bf16<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     let dims = x.dims();
     let device = x.device();
-    let v: Vec<f32> = crate::tensors::to_vec(x)
+    let v: Vec<f32> = crate::util::tensors::to_vec(x)
         .into_iter()
         .map(bf16_round)
         .collect();

@@ -9,8 +9,8 @@
 
 use super::config::{ModelConfig, RouterKind};
 use super::weights::{MoeWeights, SwiGlu};
-use crate::tensors::softmax;
-use crate::tensors::{floats, ints, to_vec};
+use crate::util::tensors::softmax;
+use crate::util::tensors::{floats, ints, to_vec};
 use burn::tensor::{IndexingUpdateOp, Tensor};
 
 /// Marks a forced slot as "no route recorded here: use the native choice".
@@ -108,21 +108,21 @@ pub fn swiglu(w: &SwiGlu, x: Tensor<2>) -> Tensor<2> {
 /// first derivatives. burn's own `silu` re-evaluates the sigmoid in the backward pass, and scalar
 /// `exp` dominated the MoE layer's time on CPU.
 ///
-/// On the CPU backend the constants are computed on the host with [`crate::fastmath::sigmoid`]
+/// On the CPU backend the constants are computed on the host with [`crate::util::fastmath::sigmoid`]
 /// (vectorised; flex's `exp` is scalar libm); other devices use burn's sigmoid. Either way the
 /// no-graph value is computed with the same operations in the same order as the autodiff value,
 /// so a forward with and without autodiff gives bitwise-identical results on one device.
 pub fn silu_mul(a1: Tensor<2>, a3: Tensor<2>) -> Tensor<2> {
     use burn::tensor::activation::sigmoid;
     let autodiff = a1.is_autodiff() || a3.is_autodiff();
-    if crate::tensors::is_host(&a1.device()) {
+    if crate::util::tensors::is_host(&a1.device()) {
         let dims = a1.dims();
         let device = a1.device().inner();
         if !autodiff {
             // No graph: both inputs are read by move (no copy where nothing else holds them).
             let (x1, x3) = (to_vec(a1.inner()), to_vec(a3.inner()));
             let mut y = vec![0.0; x1.len()];
-            crate::fastmath::silu_mul(&x1, &x3, &mut y);
+            crate::util::fastmath::silu_mul(&x1, &x3, &mut y);
             return floats(y, dims, &device);
         }
         #[cfg(feature = "flex")]
@@ -133,7 +133,7 @@ pub fn silu_mul(a1: Tensor<2>, a3: Tensor<2>) -> Tensor<2> {
         let x3 = to_vec(a3.clone().inner());
         let n = x1.len();
         let (mut c1, mut c3) = (vec![0.0; n], vec![0.0; n]);
-        crate::fastmath::silu_mul_consts(&x1, &x3, &mut c1, &mut c3);
+        crate::util::fastmath::silu_mul_consts(&x1, &x3, &mut c1, &mut c3);
         let c1 = floats(c1, dims, &device).autodiff();
         let c3 = floats(c3, dims, &device).autodiff();
         let a1c = a1.clone().inner().autodiff();
@@ -327,7 +327,7 @@ fn dispatch(
         gates = gates.clone() / gates.sum_dim(1);
     }
     #[cfg(feature = "flex")]
-    if super::fused::fused() && crate::tensors::is_host(&device) {
+    if super::fused::fused() && crate::util::tensors::is_host(&device) {
         let ws: Vec<[Tensor<2>; 3]> = w
             .experts
             .iter()

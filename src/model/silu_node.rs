@@ -1,6 +1,6 @@
 //! `silu(a1) ⊙ a3` as one autodiff node on the CPU backend, with the exp-free backward of
 //! [`super::moe::silu_mul`]: `c3 = silu(a1)`, `c1 = a3 ⊙ silu'(a1)` are computed once in the
-//! forward ([`crate::fastmath::silu_mul_consts`]), the value is `a3 ⊙ c3`, and the backward is
+//! forward ([`crate::util::fastmath::silu_mul_consts`]), the value is `a3 ⊙ c3`, and the backward is
 //! `da1 = dy ⊙ c1`, `da3 = dy ⊙ c3`.
 //!
 //! The tensor form it replaces, `(a1 − sg(a1)) ⊙ c1 + a3 ⊙ c3`, has the same value and the same
@@ -9,7 +9,7 @@
 //! input; this node reads its inputs in place and writes three buffers.
 
 use super::host_mm::host;
-use crate::fastmath::silu_mul_consts;
+use crate::util::fastmath::silu_mul_consts;
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;

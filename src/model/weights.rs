@@ -6,7 +6,7 @@
 //! backend's, so the same seed gives the same weights on every device.
 
 use super::config::{FfnKind, ModelConfig};
-use crate::tensors::{floats, to_vec};
+use crate::util::tensors::{floats, to_vec};
 use anyhow::{Context, Result, bail};
 use burn::tensor::{Device, Tensor};
 use rand::SeedableRng;
@@ -302,7 +302,7 @@ impl Weights {
                 out.extend_from_slice(&v.to_le_bytes());
             }
         }
-        let sum = crate::hash::fnv1a64(&out);
+        let sum = crate::util::hash::fnv1a64(&out);
         out.extend_from_slice(&sum.to_le_bytes());
         out
     }
@@ -350,7 +350,7 @@ impl Weights {
         }
         let (body, tail) = bytes.split_at(bytes.len() - 8);
         let want = u64::from_le_bytes(tail.try_into().expect("8 bytes"));
-        if crate::hash::fnv1a64(body) != want {
+        if crate::util::hash::fnv1a64(body) != want {
             bail!("checkpoint checksum mismatch (file is corrupt or partial)");
         }
         let mut pos = MAGIC.len();

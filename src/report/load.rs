@@ -2,9 +2,9 @@
 //! regime.
 
 use super::run_info::RunInfo;
-use crate::io::read_parquet;
 use crate::metrics::frames::str_col;
 use crate::metrics::schema;
+use crate::util::io::read_parquet;
 use anyhow::Result;
 use polars::prelude::*;
 use std::path::Path;

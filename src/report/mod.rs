@@ -45,7 +45,7 @@ pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
     summary::write_summary_files(dir, &sums)?;
     let regs = findings::regimes_of(&f, &info)?;
     let eps = findings::endpoints(&regs)?;
-    crate::io::write_json(&dir.join("endpoints.json"), &eps)?;
+    crate::util::io::write_json(&dir.join("endpoints.json"), &eps)?;
     // Every figure is remade from the frames: clear the old ones first, so that a figure the
     // report no longer makes does not linger beside the new ones.
     let plot_dir = dir.join("plots");
@@ -59,6 +59,6 @@ pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
         map: figures::map_plots(dir, &regs, &eps)?,
     };
     let md = markdown::report(&f, &info, &sums, &regs, &eps, &plots)?;
-    crate::io::write_atomic(&dir.join("report.md"), md.as_bytes())?;
+    crate::util::io::write_atomic(&dir.join("report.md"), md.as_bytes())?;
     Ok(sums)
 }

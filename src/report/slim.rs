@@ -7,8 +7,8 @@
 //! same `cells` list by [`crate::experiment::cell_groups::cells_value`]). A rerun of the
 //! experiment gives the full frames back.
 
-use crate::io::{read_parquet, write_atomic, write_parquet_compact};
 use crate::metrics::schema;
+use crate::util::io::{read_parquet, write_atomic, write_parquet_compact};
 use anyhow::{Context, Result};
 use serde_json::{Map, Value};
 use std::path::Path;

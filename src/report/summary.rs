@@ -4,9 +4,9 @@
 use super::load::{RunFrames, distinct, regimes};
 use super::metric::{METRICS, MetricMeans, Source, columns};
 use super::stats::{MeanCi, mean_ci};
-use crate::io::{write_csv, write_json};
 use crate::metrics::collapse::EventKind;
 use crate::metrics::frames::{f64_col, i64_col, str_col};
+use crate::util::io::{write_csv, write_json};
 use anyhow::Result;
 use polars::prelude::*;
 use serde::Serialize;

@@ -2,7 +2,7 @@
 //! the expert drift large MoE models show (DESIGN §6, "Simulating scale").
 
 use crate::model::moe::native_topk;
-use crate::tensors::floats;
+use crate::util::tensors::floats;
 use burn::tensor::{Device, Tensor};
 use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;

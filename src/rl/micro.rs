@@ -14,8 +14,8 @@ use super::rollout::Rollout;
 use crate::model::moe::LoadTerms;
 use crate::model::{Model, SeqBatch, aux_loss_of_parts};
 use crate::optim::AdamW;
-use crate::parallel::par_map_mut;
-use crate::tensors::scalar;
+use crate::util::parallel::par_map_mut;
+use crate::util::tensors::scalar;
 use burn::tensor::Tensor;
 
 /// A rollout batch cut for the trainer: its minibatches and their micro-batches (micro-batch

@@ -6,8 +6,8 @@
 use super::config::{RlConfig, RoutingMode};
 use super::micro::{Batch, concat_layers};
 use crate::model::{ForwardOptions, LayerRouting, Model, RoutingTrace, token_logp};
-use crate::parallel::par_map;
-use crate::tensors::{ints, to_vec};
+use crate::util::parallel::par_map;
+use crate::util::tensors::{ints, to_vec};
 use burn::tensor::Tensor;
 
 /// What the π_old pass computed for one micro-batch.

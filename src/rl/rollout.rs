@@ -5,7 +5,7 @@ use super::config::{Mismatch, RlConfig};
 use crate::generate::{Generation, Sampling, generate_sharded};
 use crate::model::{ForwardOptions, LayerRouting, Model, bf16_round};
 use crate::task::{Problem, Task};
-use crate::tensors::floats;
+use crate::util::tensors::floats;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand_distr::{Distribution, Normal};
 
@@ -27,7 +27,7 @@ pub fn engine_model(policy: &Model, mismatch: Mismatch) -> Model {
             let device = inner.device();
             let w = inner.weights.clone().map(|t| {
                 let dims = t.dims();
-                let v = crate::tensors::to_vec(t)
+                let v = crate::util::tensors::to_vec(t)
                     .into_iter()
                     .map(bf16_round)
                     .collect();

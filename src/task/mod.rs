@@ -2,7 +2,7 @@
 
 pub mod tokenizer;
 
-use crate::hash::derive_seed;
+use crate::util::hash::derive_seed;
 use anyhow::{Result, bail};
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};

@@ -64,7 +64,7 @@ pub fn batch_of(problems: &[Problem]) -> SeqBatch {
 }
 
 pub fn max_abs(a: &[f32], b: &[f32]) -> f32 {
-    driftlab::tensors::max_abs_diff(a, b)
+    driftlab::util::tensors::max_abs_diff(a, b)
 }
 
 /// A tiny experiment of two seeds (B 4 × G 4, N 2, a 20-step cold start) with these arms; tests
@@ -118,7 +118,7 @@ pub fn run_options(tag: &str, cache_dir: std::path::PathBuf) -> driftlab::experi
         out,
         device: flex(),
         device_name: "flex".into(),
-        progress: driftlab::progress::Progress::Hidden,
+        progress: driftlab::util::progress::Progress::Hidden,
         shard: None,
         resume: false,
         jobs: 1,
@@ -171,7 +171,7 @@ pub fn warm_tiny() -> Model {
             &cs,
             0,
             &flex(),
-            &driftlab::progress::Progress::Hidden,
+            &driftlab::util::progress::Progress::Hidden,
         )
         .unwrap();
         assert!(

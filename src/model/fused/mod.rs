@@ -29,8 +29,8 @@ mod groups;
 
 pub use groups::Groups;
 
-use crate::fastmath::{silu_mul, silu_mul_consts};
 use crate::model::host_mm::{View, gemm_into, host};
+use crate::util::fastmath::{silu_mul, silu_mul_consts};
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -395,7 +395,7 @@ pub fn fused_experts_plain(
     let xg = gather_rows(&xp, &g, d);
     let (out, _) = forward_host(xg, host(&gp).into_owned(), ws, g, d, f);
     PLAIN.fetch_add(1, Ordering::Relaxed);
-    Some(crate::tensors::floats(out, [t, d], &device))
+    Some(crate::util::tensors::floats(out, [t, d], &device))
 }
 
 #[cfg(test)]

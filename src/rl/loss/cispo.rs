@@ -44,7 +44,7 @@ pub fn loss(
         clip_seq[i] |= clip_low[t] || clip_high[t];
     }
     let stats = LossStats {
-        loss_policy: crate::tensors::scalar(loss.clone().inner()),
+        loss_policy: crate::util::tensors::scalar(loss.clone().inner()),
         logp,
         ratio_tok,
         ratio_seq,

@@ -2,7 +2,7 @@
 //! returns, and PPO's clipping test.
 
 use crate::rl::config::Aggregation;
-use crate::tensors::{floats, ints, to_vec};
+use crate::util::tensors::{floats, ints, to_vec};
 use burn::tensor::{Device, Tensor};
 
 /// The response tokens of one minibatch, flattened: `n_tok` tokens in `R` responses that form

@@ -37,7 +37,7 @@ pub fn loss(
     let logp = batch.logp_host();
     let (ratio_tok, ratio_seq) = batch.ratios(&logp);
     let mut stats = LossStats {
-        loss_policy: crate::tensors::scalar(loss.clone().inner()),
+        loss_policy: crate::util::tensors::scalar(loss.clone().inner()),
         clip_seq: vec![false; batch.n_resp()],
         kl_ref: None,
         tis_weight,

@@ -55,7 +55,7 @@ pub fn loss(
         let d = batch.constant(lref) - batch.logp.clone();
         let k3 = d.clone().exp() - d - 1.0;
         let weights = batch.agg_weights(c.aggregation);
-        kl_ref = Some(crate::tensors::scalar(
+        kl_ref = Some(crate::util::tensors::scalar(
             (k3.clone() * weights.clone()).sum().inner(),
         ));
         loss = loss + (k3 * weights).sum() * c.kl_beta as f32;
@@ -77,6 +77,6 @@ pub fn loss(
         stats.clip_high.push(hi);
         stats.clip_seq[batch.seg[t]] |= lo || hi;
     }
-    stats.loss_policy = crate::tensors::scalar(loss.clone().inner());
+    stats.loss_policy = crate::util::tensors::scalar(loss.clone().inner());
     (loss, stats)
 }

@@ -38,7 +38,7 @@ fn stats(
         .map(|(&s, &a)| clipped(s, a, c.eps_low, c.eps_high))
         .collect();
     LossStats {
-        loss_policy: crate::tensors::scalar(loss.clone().inner()),
+        loss_policy: crate::util::tensors::scalar(loss.clone().inner()),
         clip_low: batch.seg.iter().map(|&i| seq[i].0).collect(),
         clip_high: batch.seg.iter().map(|&i| seq[i].1).collect(),
         clip_seq: seq.iter().map(|&(l, h)| l || h).collect(),
@@ -76,9 +76,10 @@ pub fn token_loss(
     tis: Option<&TisConfig>,
 ) -> (Tensor<1>, LossStats) {
     let d = batch.device();
-    let log_s_tok = log_seq_ratio(batch)
-        .detach()
-        .select(0, crate::tensors::ints(&batch.seg, [batch.n_tok()], &d));
+    let log_s_tok = log_seq_ratio(batch).detach().select(
+        0,
+        crate::util::tensors::ints(&batch.seg, [batch.n_tok()], &d),
+    );
     let w = (log_s_tok + batch.logp.clone() - batch.logp.clone().detach()).exp();
     let tis_weight = tis.map(|t| batch.tis_seq(t.cap));
     let tis_tok: Option<Vec<f32>> = tis_weight

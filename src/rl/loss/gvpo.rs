@@ -31,17 +31,17 @@ pub fn loss(
             grp.iter().map(move |r| r - m)
         })
         .collect();
-    let rc = crate::tensors::floats(rc, [n_groups, g], &batch.device());
+    let rc = crate::util::tensors::floats(rc, [n_groups, g], &batch.device());
     let mut sq = (delta_c * c.beta as f32 - rc).powi_scalar(2);
     let tis_weight = tis.map(|t| batch.tis_seq(t.cap));
     if let Some(tw) = &tis_weight {
-        sq = sq * crate::tensors::floats(tw.clone(), [n_groups, g], &batch.device());
+        sq = sq * crate::util::tensors::floats(tw.clone(), [n_groups, g], &batch.device());
     }
     let loss = sq.sum() / (2.0 * (g as f32 - 1.0) * n_groups as f32);
     let logp = batch.logp_host();
     let (ratio_tok, ratio_seq) = batch.ratios(&logp);
     let stats = LossStats {
-        loss_policy: crate::tensors::scalar(loss.clone().inner()),
+        loss_policy: crate::util::tensors::scalar(loss.clone().inner()),
         clip_low: vec![false; batch.n_tok()],
         clip_high: vec![false; batch.n_tok()],
         clip_seq: vec![false; batch.n_resp()],

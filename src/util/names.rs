@@ -29,7 +29,7 @@ macro_rules! named_enum {
             pub fn parse(s: &str) -> anyhow::Result<Self> {
                 match s {
                     $($n => Ok($T::$V),)+
-                    _ => Err(anyhow::anyhow!($crate::names::unknown($what, s, Self::NAMES))),
+                    _ => Err(anyhow::anyhow!($crate::util::names::unknown($what, s, Self::NAMES))),
                 }
             }
         }

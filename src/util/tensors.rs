@@ -40,7 +40,7 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-/// `e^x` elementwise. On the CPU backend through [`crate::fastmath::exp`] (flex's `exp` is scalar
+/// `e^x` elementwise. On the CPU backend through [`crate::util::fastmath::exp`] (flex's `exp` is scalar
 /// libm), built under autodiff as `c + c ⊙ (x − sg(x))` with the constant `c = e^x`: its value
 /// is exactly `c` and its gradient exactly `c`. The value is the same with and without autodiff.
 pub fn exp<const D: usize>(x: Tensor<D>) -> Tensor<D> {
@@ -53,12 +53,12 @@ pub fn exp<const D: usize>(x: Tensor<D>) -> Tensor<D> {
         // No graph: the input is read by move (no copy where nothing else holds it) and
         // exponentiated in place.
         let mut v = to_vec(x);
-        crate::fastmath::exp_in_place(&mut v);
+        crate::util::fastmath::exp_in_place(&mut v);
         return floats(v, dims, &device);
     }
     let xc = x.clone().inner();
     let mut e = to_vec(xc.clone());
-    crate::fastmath::exp_in_place(&mut e);
+    crate::util::fastmath::exp_in_place(&mut e);
     let c = floats(e, dims, &device).autodiff();
     c.clone() + c * (x - xc.autodiff())
 }
