@@ -237,7 +237,6 @@ fn naive_moe(w: &MoeWeights, cfg: &ModelConfig, x: Tensor<2>, ids: &[u16]) -> Te
 /// `through`: the input reaches the layer through an op (as a norm's output does in the model)
 /// instead of being the leaf itself, which the fused node's gather treats differently.
 fn three_paths_agree(active: &[bool], starve: Option<usize>, through: bool) -> usize {
-    use driftlab::model::fused::with_fused;
     let model = tiny_model(4);
     let cfg = model.cfg.clone();
     let driftlab::model::weights::FfnWeights::Moe(w0) = model.weights.blocks[0].ffn.clone() else {
@@ -283,9 +282,11 @@ fn three_paths_agree(active: &[bool], starve: Option<usize>, through: bool) -> u
         let (w, x) = (leaves(&w0), x0.clone().autodiff().require_grad());
         // × 1 is exact both ways, so the leaf's gradient is the layer input's.
         let input = if through { x.clone() * 1.0 } else { x.clone() };
-        let o = with_fused(fused, || {
-            moe_forward(&w, &cfg, input, active, routing(), false)
-        });
+        let c = ModelConfig {
+            expert_path: expert_path(fused),
+            ..cfg.clone()
+        };
+        let o = moe_forward(&w, &c, input, active, routing(), false);
         let ids = o.trace.used.clone();
         let out = to_vec(o.out.clone().inner());
         (w, x, ids, out, (o.out * lw.clone()).sum().backward())
@@ -659,17 +660,16 @@ fn attention_node_and_tensor_path_agree_forward_and_gradients() {
 /// recompute against the first update keeps on-policy ratios of exactly 1.
 #[test]
 fn fused_node_and_sparse_no_graph_forward_are_bitwise_equal() {
-    use driftlab::model::fused::{fused_layers, plain_layers, with_fused};
+    use driftlab::model::fused::{fused_layers, plain_layers};
     let model = tiny_model(12);
     let batch = batch_of(&problems(&sort_task(2), 6, 4));
     let opts = ForwardOptions::default();
     let (before, before_plain) = (fused_layers(), plain_layers());
     let logits = |fused: bool| {
-        with_fused(fused, || {
-            let plain = to_vec(model.forward(&batch, &opts).logits);
-            let graph = to_vec(model.require_grad().forward(&batch, &opts).logits.inner());
-            (plain, graph)
-        })
+        let model = on_path(&model, fused);
+        let plain = to_vec(model.forward(&batch, &opts).logits);
+        let graph = to_vec(model.require_grad().forward(&batch, &opts).logits.inner());
+        (plain, graph)
     };
     let (plain, graph) = logits(true);
     assert!(
@@ -750,7 +750,7 @@ fn the_silu_mul_node_is_bitwise_the_tensor_form() {
 /// and replayed routes, through the load-balancing and z-losses too.
 #[test]
 fn the_fused_node_leaves_every_model_gradient_bitwise_unchanged() {
-    use driftlab::model::fused::{fused_layers, with_fused};
+    use driftlab::model::fused::fused_layers;
     use driftlab::model::{Model, RouterKind};
     use driftlab::optim::AdamW;
     let batch = batch_of(&problems(&sort_task(3), 6, 5));
@@ -791,16 +791,14 @@ fn the_fused_node_leaves_every_model_gradient_bitwise_unchanged() {
                 ForwardOptions::default()
             };
             let grads = |fused: bool| {
-                with_fused(fused, || {
-                    let m = model.require_grad();
-                    let o = m.forward(&batch, &opts);
-                    let loss = (o.logits * lw.clone()).sum() + o.aux_loss * 0.1 + o.z_loss * 0.01;
-                    let g = loss.backward();
-                    AdamW::collect_grads(&m.weights, &g)
-                        .into_iter()
-                        .map(to_vec)
-                        .collect::<Vec<_>>()
-                })
+                let m = on_path(&model, fused).require_grad();
+                let o = m.forward(&batch, &opts);
+                let loss = (o.logits * lw.clone()).sum() + o.aux_loss * 0.1 + o.z_loss * 0.01;
+                let g = loss.backward();
+                AdamW::collect_grads(&m.weights, &g)
+                    .into_iter()
+                    .map(to_vec)
+                    .collect::<Vec<_>>()
             };
             let sparse = grads(false);
             let before = fused_layers();
@@ -819,4 +817,20 @@ fn the_fused_node_leaves_every_model_gradient_bitwise_unchanged() {
             }
         }
     }
+}
+
+/// The expert path of `fused`.
+fn expert_path(fused: bool) -> driftlab::model::ExpertPath {
+    if fused {
+        driftlab::model::ExpertPath::Fused
+    } else {
+        driftlab::model::ExpertPath::Sparse
+    }
+}
+
+/// `model` with its MoE layers on the fused (or the sparse) expert path.
+fn on_path(model: &driftlab::model::Model, fused: bool) -> driftlab::model::Model {
+    let mut m = model.clone();
+    m.cfg.expert_path = expert_path(fused);
+    m
 }

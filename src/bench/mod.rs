@@ -8,7 +8,7 @@ use crate::coldstart::sft_loss;
 use crate::generate::{Sampling, generate};
 use crate::model::moe::{LayerRouting, moe_forward};
 use crate::model::weights::{FfnWeights, Weights};
-use crate::model::{ForwardOptions, Model, ModelConfig, Preset};
+use crate::model::{ExpertPath, ForwardOptions, Model, ModelConfig, Preset};
 use crate::task::{Problem, Task, TaskConfig, Tokenizer};
 use crate::util::tensors::{floats, to_vec};
 use anyhow::Result;
@@ -24,16 +24,16 @@ use timing::median_secs;
 /// ms of the sparse path, and of the fused expert node where the device has one (timed
 /// alternately, rep by rep, so that both see the same machine load).
 pub fn moe_layer_ms(device: &Device, reps: usize) -> (f64, Option<f64>) {
-    let step = moe_layer_step(device);
+    let step = moe_layer_step(device, ExpertPath::Sparse);
     #[cfg(feature = "flex")]
     if crate::util::tensors::is_host(device) {
-        use crate::model::fused::with_fused;
         use timing::{median, secs};
+        let fused = moe_layer_step(device, ExpertPath::Fused);
         let (mut a, mut b) = (Vec::new(), Vec::new());
         // Three warm-up rounds, then one timed call of each path per round.
         for r in 0..reps.max(1) + 3 {
-            let ta = secs(|| with_fused(false, &step));
-            let tb = secs(|| with_fused(true, &step));
+            let ta = secs(&step);
+            let tb = secs(&fused);
             if r >= 3 {
                 a.push(ta);
                 b.push(tb);
@@ -45,8 +45,9 @@ pub fn moe_layer_ms(device: &Device, reps: usize) -> (f64, Option<f64>) {
 }
 
 /// One forward+backward of [`moe_layer_ms`]'s layer.
-fn moe_layer_step(device: &Device) -> impl Fn() {
+fn moe_layer_step(device: &Device, expert_path: ExpertPath) -> impl Fn() {
     let cfg = ModelConfig {
+        expert_path,
         n_layers: 1,
         d_model: 64,
         n_heads: 1,

@@ -32,6 +32,25 @@ crate::named_enum! {
     }
 }
 
+crate::named_enum! {
+    /// How an MoE layer computes its experts (`expert_path`), as candle's FFN enum chooses an
+    /// implementation: the two give bitwise the same values and gradients (tested), so the
+    /// choice is about speed only.
+    #[derive(Default)]
+    pub enum ExpertPath("expert_path") {
+        /// On the CPU backend, the fused expert node (tokens gathered once per layer, the
+        /// products on host slices); on other devices the sparse path (default).
+        #[default]
+        Fused = "fused",
+        /// Per expert: select its tokens, SwiGLU, scatter back, as tensor ops on any device.
+        Sparse = "sparse",
+    }
+}
+
+fn is_fused(p: &ExpertPath) -> bool {
+    *p == ExpertPath::Fused
+}
+
 /// DeepSeek-V3's bias update speed γ (0.001 for most of its training).
 pub const DEFAULT_BIAS_UPDATE_SPEED: f64 = 1e-3;
 
@@ -71,6 +90,10 @@ pub struct ModelConfig {
         skip_serializing_if = "is_default_bias_speed"
     )]
     pub bias_update_speed: f64,
+    /// How the MoE layers compute their experts. Left out of the serialised form when `fused`
+    /// (the default), so existing cold-start cache keys stay valid.
+    #[serde(default, skip_serializing_if = "is_fused")]
+    pub expert_path: ExpertPath,
     /// Longest sequence (prompt + response) the RoPE tables cover.
     pub max_seq_len: usize,
     /// RoPE base frequency.
@@ -116,6 +139,7 @@ impl ModelConfig {
             ffn: FfnKind::Moe,
             router: RouterKind::Softmax,
             bias_update_speed: DEFAULT_BIAS_UPDATE_SPEED,
+            expert_path: ExpertPath::Fused,
             max_seq_len: 160,
             rope_theta: 10_000.0,
             vocab_size,

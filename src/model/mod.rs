@@ -14,7 +14,7 @@ pub mod silu_node;
 pub mod weights;
 
 pub use attention::LayerCache;
-pub use config::{FfnKind, ModelConfig, Preset, RouterKind};
+pub use config::{ExpertPath, FfnKind, ModelConfig, Preset, RouterKind};
 pub use moe::{LayerRouting, NO_ROUTE, RoutingTrace};
 pub use weights::{ParamGroup, Weights};
 

@@ -327,7 +327,8 @@ fn dispatch(
         gates = gates.clone() / gates.sum_dim(1);
     }
     #[cfg(feature = "flex")]
-    if super::fused::fused() && crate::util::tensors::is_host(&device) {
+    if cfg.expert_path == super::config::ExpertPath::Fused && crate::util::tensors::is_host(&device)
+    {
         let ws: Vec<[Tensor<2>; 3]> = w
             .experts
             .iter()

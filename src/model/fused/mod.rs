@@ -21,8 +21,8 @@
 //!
 //! An expert that no token reaches gets no gradient, as in the sparse path. Checked against
 //! the sparse path and a per-token loop, values and every gradient, in `tests/model.rs`.
-//! On by default ([`set_fused`]); other devices, the forward without a graph (rollouts),
-//! gradient checkpointing and expert counts without an arity below keep the sparse path.
+//! On by default (the model configuration's `expert_path`, [`crate::model::ExpertPath`]);
+//! other devices, the forward without a graph (rollouts), gradient checkpointing and expert counts without an arity below keep the sparse path.
 
 mod gather;
 mod groups;
@@ -40,9 +40,8 @@ use burn::tensor::{Tensor, TensorData};
 use burn_flex::{Flex, FlexTensor};
 use gather::{gather, gather_rows};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-static FUSED: AtomicBool = AtomicBool::new(true);
 static LAYERS: AtomicUsize = AtomicUsize::new(0);
 static PLAIN: AtomicUsize = AtomicUsize::new(0);
 
@@ -55,31 +54,6 @@ pub fn plain_layers() -> usize {
 /// did not fall back).
 pub fn fused_layers() -> usize {
     LAYERS.load(Ordering::Relaxed)
-}
-
-thread_local! {
-    static LOCAL: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
-/// Use the fused expert path where it applies (process-wide; on by default).
-pub fn set_fused(on: bool) {
-    FUSED.store(on, Ordering::Relaxed);
-}
-
-/// Run `f` with the fused path on or off on this thread only (tests and benchmarks compare
-/// both paths side by side without touching other threads).
-pub fn with_fused<T>(on: bool, f: impl FnOnce() -> T) -> T {
-    let before = LOCAL.with(|l| l.replace(Some(on)));
-    let out = f();
-    LOCAL.with(|l| l.set(before));
-    out
-}
-
-/// Whether the fused path is on for this thread.
-pub fn fused() -> bool {
-    LOCAL
-        .with(|l| l.get())
-        .unwrap_or_else(|| FUSED.load(Ordering::Relaxed))
 }
 
 type Ad = Autodiff<Flex, NoCheckpointing>;
