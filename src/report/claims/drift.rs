@@ -18,10 +18,7 @@ use std::fmt::Write as _;
 /// (a)
 pub(super) const SHARE: ClaimDef = ClaimDef {
     heading: "**(a) Share of activated experts that change per update** (GSPO paper: ~10% on a 48-layer MoE).",
-    scope: Scope::PerRegime(|r, out| {
-        share(r, out);
-        Ok(())
-    }),
+    scope: Scope::PerRegime(share),
     context: share_line,
 };
 
@@ -33,7 +30,7 @@ pub(super) const DEPTH: ClaimDef = ClaimDef {
 };
 
 /// (a) drift per update of GRPO without replay, beside the paper's ~10%.
-pub(super) fn share(r: &RegimeData, out: &mut Vec<Endpoint>) {
+pub(super) fn share(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()> {
     if let Some(g) = r.arms.grpo(RoutingMode::Native) {
         out.push(
             Endpoint::new(
@@ -50,6 +47,7 @@ pub(super) fn share(r: &RegimeData, out: &mut Vec<Endpoint>) {
             .one(&seeds_of(g, "drift_expert_frac")),
         );
     }
+    Ok(())
 }
 
 /// (a): the share of activated experts that change per update.

@@ -16,30 +16,21 @@ use std::fmt::Write as _;
 /// (f)
 pub(super) const KL: ClaimDef = ClaimDef {
     heading: "**(f) Train–inference mismatch is larger for MoE than for the dense control, and R3 reduces its routing part** (R3 paper: k3 KL 1.5e-3 MoE vs 6.4e-4 dense, 7.5e-4 with R3).",
-    scope: Scope::PerRegime(|r, out| {
-        kl(r, out);
-        Ok(())
-    }),
+    scope: Scope::PerRegime(kl),
     context: kl_line,
 };
 
 /// (g)
 pub(super) const EXTREME: ClaimDef = ClaimDef {
     heading: "**(g) The share of tokens whose engine/trainer probability ratio is beyond 2 is higher for MoE than dense, and R3 cuts it** (R3 paper: ~10× each; compared as a paired difference in share, δ = 1e-5 ≈ one token of a cell, with the seeds that have any such token beside it).",
-    scope: Scope::PerRegime(|r, out| {
-        extreme(r, out);
-        Ok(())
-    }),
+    scope: Scope::PerRegime(extreme),
     context: extreme_line,
 };
 
 /// (i)
 pub(super) const TIS: ClaimDef = ClaimDef {
     heading: "**(i) Truncated importance sampling against the rollout engine helps GRPO under a mismatch** (TIS, cap 2).",
-    scope: Scope::PerRegime(|r, out| {
-        tis(r, out);
-        Ok(())
-    }),
+    scope: Scope::PerRegime(tis),
     context: tis_line,
 };
 
@@ -50,7 +41,7 @@ pub const EXTREME_MARGIN: f64 = 1e-5;
 
 /// (f) the engine–trainer KL: MoE above dense, R3 below native. Only where the engine
 /// differs from the trainer: elsewhere both are float rounding.
-pub(super) fn kl(r: &RegimeData, out: &mut Vec<Endpoint>) {
+pub(super) fn kl(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()> {
     let (a, g) = (r.arms, r.arms.grpo(RoutingMode::Native));
     let r3 = a.grpo(RoutingMode::R3);
     if r.mismatch {
@@ -85,6 +76,7 @@ pub(super) fn kl(r: &RegimeData, out: &mut Vec<Endpoint>) {
             );
         }
     }
+    Ok(())
 }
 
 /// (f): the engine–trainer KLs.
@@ -120,9 +112,9 @@ pub(super) fn kl_line(md: &mut String, r: &Regime) -> Result<()> {
 /// value. The shares are therefore compared as a paired difference, b − a, with
 /// δ = [`EXTREME_MARGIN`]. The number of seeds with any such token (1 or 0 per seed, b − a) is
 /// described beside it.
-pub(super) fn extreme(r: &RegimeData, out: &mut Vec<Endpoint>) {
+pub(super) fn extreme(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()> {
     if !r.mismatch {
-        return;
+        return Ok(());
     }
     let (a, g) = (r.arms, r.arms.grpo(RoutingMode::Native));
     let any = |x: &ArmSummary| -> BTreeMap<i64, f64> {
@@ -190,6 +182,7 @@ pub(super) fn extreme(r: &RegimeData, out: &mut Vec<Endpoint>) {
     if let (Some(g), Some(r3)) = (g, a.grpo(RoutingMode::R3)) {
         out.extend(pair(g, r3, Claimed::Less, "", "R3 paper: R3 cuts it ~10×"));
     }
+    Ok(())
 }
 
 /// (g): the share of tokens beyond a ratio of 2.
@@ -225,13 +218,14 @@ pub(super) fn extreme_line(md: &mut String, r: &Regime) -> Result<()> {
 
 /// (i) truncated importance sampling against the engine helps GRPO under a mismatch: final
 /// reward, GRPO + TIS − GRPO.
-pub(super) fn tis(r: &RegimeData, out: &mut Vec<Endpoint>) {
+pub(super) fn tis(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()> {
     if !r.mismatch {
-        return;
+        return Ok(());
     }
     if let (Some(t), Some(g)) = (r.arms.grpo_tis(), r.arms.grpo(RoutingMode::Native)) {
         out.push(reward_gain(Claim::TisReward, r, g, t, Claimed::Greater));
     }
+    Ok(())
 }
 
 /// (i): GRPO with TIS against plain GRPO.

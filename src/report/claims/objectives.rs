@@ -16,35 +16,26 @@ use std::fmt::Write as _;
 /// (c)
 pub(super) const GSPO_STABLE: ClaimDef = ClaimDef {
     heading: "**(c) GSPO is stable without replay**: its final reward is not below GRPO with R2 by more than δ.",
-    scope: Scope::PerRegime(|r, out| {
-        gspo_stable(r, out);
-        Ok(())
-    }),
+    scope: Scope::PerRegime(gspo_stable),
     context: gspo_stable_line,
 };
 
 /// (h)
 pub(super) const GVPO: ClaimDef = ClaimDef {
     heading: "**(h) GVPO trains at least as well as GRPO, on- and off-policy** (GVPO paper: AIME24 20.7 vs 14.8; robust to off-policy samples).",
-    scope: Scope::PerRegime(|r, out| {
-        gvpo(r, out);
-        Ok(())
-    }),
+    scope: Scope::PerRegime(gvpo),
     context: gvpo_line,
 };
 
 /// (j)
 pub(super) const COMPUTE: ClaimDef = ClaimDef {
     heading: "**(j) GSPO reaches GRPO + R2's reward with less training compute** (GSPO Fig. 1: the same reward with ~60% of the compute; compute = response tokens trained, the target 90% of R2's reward-EMA gain in the same seed).",
-    scope: Scope::PerRegime(|r, out| {
-        compute(r, out);
-        Ok(())
-    }),
+    scope: Scope::PerRegime(compute),
     context: compute_line,
 };
 
 /// (c) GSPO without replay not worse than GRPO with R2.
-pub(super) fn gspo_stable(r: &RegimeData, out: &mut Vec<Endpoint>) {
+pub(super) fn gspo_stable(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()> {
     if let (Some(gs), Some(rep)) = (r.arms.gspo(), r.arms.grpo(RoutingMode::R2)) {
         out.push(reward_gain(
             Claim::GspoStable,
@@ -54,6 +45,7 @@ pub(super) fn gspo_stable(r: &RegimeData, out: &mut Vec<Endpoint>) {
             Claimed::NotWorse,
         ));
     }
+    Ok(())
 }
 
 /// (c): GSPO without replay, its stability.
@@ -77,13 +69,14 @@ pub(super) fn gspo_stable_line(md: &mut String, r: &Regime) -> Result<()> {
 
 /// (h) GVPO learns at least as well as GRPO: final reward, GVPO − GRPO (GVPO paper: AIME24
 /// 20.7 vs 14.8 on Qwen2.5-Math-7B, stable off-policy).
-pub(super) fn gvpo(r: &RegimeData, out: &mut Vec<Endpoint>) {
+pub(super) fn gvpo(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()> {
     if let (Some(v), Some(g)) = (r.arms.gvpo(), r.arms.grpo(RoutingMode::Native)) {
         out.push(reward_gain(Claim::GvpoReward, r, g, v, Claimed::Greater));
     }
     if let (Some(v), Some(s)) = (r.arms.gvpo(), r.arms.gspo()) {
         out.push(reward_gain(Claim::GvpoReward, r, s, v, Claimed::Describe));
     }
+    Ok(())
 }
 
 /// (h): GVPO against GRPO and GSPO.
@@ -119,13 +112,13 @@ pub(super) fn gvpo_line(md: &mut String, r: &Regime) -> Result<()> {
 /// tokens R2 needed); a seed where GSPO never got there is right-censored: its whole compute
 /// is a lower bound, and the tests treat it so ([`Endpoint::test`]). GRPO without replay the
 /// same way, described.
-pub(super) fn compute(r: &RegimeData, out: &mut Vec<Endpoint>) {
+pub(super) fn compute(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()> {
     use crate::report::compute::{curves, log_ratios};
     let Some(r2) = r.arms.grpo(RoutingMode::R2) else {
-        return;
+        return Ok(());
     };
     let Ok(c) = curves(&r.frames.steps) else {
-        return;
+        return Ok(());
     };
     let arms = [
         (r.arms.gspo(), Claimed::Less),
@@ -173,6 +166,7 @@ pub(super) fn compute(r: &RegimeData, out: &mut Vec<Endpoint>) {
         }
         out.push(e);
     }
+    Ok(())
 }
 
 /// (j): total compute of the arms compared on it.

@@ -17,10 +17,7 @@ use std::fmt::Write as _;
 /// (d)
 pub(super) const CLIPS: ClaimDef = ClaimDef {
     heading: "**(d) GSPO clips far more tokens than GRPO** (paper: 0.15 vs 0.0013).",
-    scope: Scope::PerRegime(|r, out| {
-        clips(r, out);
-        Ok(())
-    }),
+    scope: Scope::PerRegime(clips),
     context: clips_line,
 };
 
@@ -32,7 +29,7 @@ pub(super) const VARIANCE: ClaimDef = ClaimDef {
 };
 
 /// (d) GSPO clips more tokens than GRPO.
-pub(super) fn clips(r: &RegimeData, out: &mut Vec<Endpoint>) {
+pub(super) fn clips(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()> {
     if let (Some(gs), Some(g)) = (r.arms.gspo(), r.arms.grpo(RoutingMode::Native)) {
         out.push(
             Endpoint::new(
@@ -46,6 +43,7 @@ pub(super) fn clips(r: &RegimeData, out: &mut Vec<Endpoint>) {
             .pair(g, gs, "clip_frac_tok"),
         );
     }
+    Ok(())
 }
 
 /// (d): GSPO's clipping against GRPO's.

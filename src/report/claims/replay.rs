@@ -15,22 +15,19 @@ use std::fmt::Write as _;
 /// (b)
 pub(super) const REPLAY: ClaimDef = ClaimDef {
     heading: "**(b) GRPO without replay is less stable than with R2/R3** (GSPO paper: without replay the reward decays).",
-    scope: Scope::PerRegime(|r, out| {
-        replay(r, out);
-        Ok(())
-    }),
+    scope: Scope::PerRegime(replay),
     context: replay_line,
 };
 
 /// (b) final reward of GRPO with replay minus without; ratio explosions (secondary).
-pub(super) fn replay(r: &RegimeData, out: &mut Vec<Endpoint>) {
+pub(super) fn replay(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()> {
     let a = r.arms;
     let (Some(g), r2, r3) = (
         a.grpo(RoutingMode::Native),
         a.grpo(RoutingMode::R2),
         a.grpo(RoutingMode::R3),
     ) else {
-        return;
+        return Ok(());
     };
     for rep in [r2, r3].into_iter().flatten() {
         let mut e = reward_gain(Claim::Replay, r, g, rep, Claimed::Greater);
@@ -63,6 +60,7 @@ pub(super) fn replay(r: &RegimeData, out: &mut Vec<Endpoint>) {
             .pair(rep, g, "ratio_explosion"),
         );
     }
+    Ok(())
 }
 
 /// (b): GRPO without replay against GRPO with R2 and R3.

@@ -67,7 +67,7 @@ fn the_beyond_two_share_is_compared_by_difference_and_seeds_with_any() {
         claims: &[Claim::ExtremeShare],
     };
     let mut out = Vec::new();
-    extreme(&r, &mut out);
+    extreme(&r, &mut out).unwrap();
     assert_eq!(out.len(), 4);
     let diffs = |k: usize| out[k].est.as_ref().unwrap().diffs.clone();
     // MoE − dense: the share difference (primary, δ one token of a cell), then the seeds
@@ -87,7 +87,7 @@ fn the_beyond_two_share_is_compared_by_difference_and_seeds_with_any() {
     // Without a mismatch there is nothing to compare; an undeclared claim makes nothing.
     r.mismatch = false;
     let mut none = Vec::new();
-    extreme(&r, &mut none);
+    extreme(&r, &mut none).unwrap();
     assert!(none.is_empty());
     r.mismatch = true;
     r.claims = &[Claim::DriftShare];
