@@ -171,7 +171,8 @@ pub fn findings(f: &RunFrames, info: &RunInfo) -> Result<String> {
 /// endpoints' statistics and the arm means behind them.
 pub fn findings_md(regs: &[Regime], eps: &[Endpoint]) -> Result<String> {
     let mut md = String::new();
-    let m = eps.iter().filter(|e| e.primary).count();
+    // As Holm's family in `evaluate`: the primary endpoints with a test (two seeds or more).
+    let m = eps.iter().filter(|e| e.primary && e.p.is_finite()).count();
     let seeds = eps
         .iter()
         .filter_map(|e| e.est.as_ref().map(|x| x.n))

@@ -188,3 +188,26 @@ fn censored_seeds_are_tested_as_lower_bounds() {
     assert_eq!(sign_test_p_greater(0, 8), 1.0);
     assert_eq!(sign_test_p_greater(0, 0), 1.0);
 }
+
+/// An estimate that favours the claim, but so weakly that no seed count resolves it, does not
+/// read "points away" (that words the sign, not the seed estimate).
+#[test]
+fn a_weak_effect_toward_the_claim_does_not_point_away() {
+    let weak = [
+        0.3, -0.299, 0.25, -0.249, 0.2, -0.199, 0.31, -0.309, 0.22, -0.219,
+    ];
+    let mut eps = vec![ep(Claimed::Greater, &weak)];
+    evaluate(&mut eps, false);
+    assert!(matches!(
+        eps[0].verdict,
+        Verdict::Inconclusive { seeds: None, .. }
+    ));
+    assert!(
+        !verdict_text(&eps[0]).contains("points away"),
+        "{}",
+        verdict_text(&eps[0])
+    );
+    let mut eps = vec![ep(Claimed::Less, &weak)];
+    evaluate(&mut eps, false);
+    assert!(verdict_text(&eps[0]).contains("points away"));
+}
