@@ -138,7 +138,7 @@ impl Chart for BarChart {
             chart
                 .draw_series(std::iter::once(Text::new(
                     label,
-                    (x + 0.42, top + 0.02 * (hi - lo)),
+                    (x + 0.53, top + 0.02 * (hi - lo)),
                     ("sans-serif", 14),
                 )))
                 .map_err(err)?;
