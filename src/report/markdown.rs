@@ -57,13 +57,12 @@ fn summary_table(md: &mut String, sums: &[ArmSummary]) -> Result<()> {
 }
 
 /// Arms that ran identical trajectories, per regime (see [`super::identical`]).
-fn identical_arms(md: &mut String, f: &RunFrames) -> Result<()> {
+fn identical_arms(md: &mut String, regs: &[Regime]) -> Result<()> {
     let mut lines = Vec::new();
-    for r in super::load::regimes(&f.steps) {
-        let steps = f.regime(&r)?.steps;
-        for g in super::identical::identical_groups(&steps)? {
+    for r in regs {
+        for g in &r.same {
             let names: Vec<String> = g.iter().map(|a| format!("`{a}`")).collect();
-            lines.push(format!("- regime `{r}`: {}", names.join(" = ")));
+            lines.push(format!("- regime `{}`: {}", r.name, names.join(" = ")));
         }
     }
     if lines.is_empty() {
@@ -140,7 +139,7 @@ pub fn report(
     )?;
     md.push_str(&info.regimes_table());
     summary_table(&mut md, sums)?;
-    identical_arms(&mut md, f)?;
+    identical_arms(&mut md, regs)?;
     events_table(&mut md, f, sums)?;
     md.push_str(&findings_md(regs, eps)?);
     writeln!(md)?;
