@@ -347,7 +347,7 @@ fn regimes_override_settings_and_get_their_own_plots() {
         },
         RegimeSpec {
             name: "mismatch".into(),
-            mismatch: Some(Mismatch::RouterNoise { sigma: 1.0 }),
+            rl: rl_table(serde_json::json!({ "mismatch": Mismatch::RouterNoise { sigma: 1.0 } })),
             ..RegimeSpec::default_regime()
         },
     ];
@@ -393,7 +393,7 @@ fn regimes_override_settings_and_get_their_own_plots() {
         md.contains("## Regimes")
             && md.contains("| natural | none | all |")
             && md.contains(
-                r#"| mismatch | `mismatch = {"kind":"router_noise","sigma":1.0}` | all |"#
+                r#"| mismatch | `rl.mismatch = {"kind":"router_noise","sigma":1.0}` | all |"#
             ),
         "{md}"
     );
@@ -423,7 +423,7 @@ fn a_sweep_draws_its_axis_and_tests_only_its_declared_claims() {
         .iter()
         .map(|&(n, name)| RegimeSpec {
             name: name.into(),
-            minibatches: Some(n),
+            rl: rl_table(serde_json::json!({ "minibatches": n })),
             x: Some(n as f64),
             ..RegimeSpec::default_regime()
         })
@@ -442,7 +442,7 @@ fn a_sweep_draws_its_axis_and_tests_only_its_declared_claims() {
         assert!(md.contains(&format!("(plots/sweep/{p}.svg)")), "{p} linked");
     }
     assert!(
-        md.contains("| n2 | `minibatches = 2`, `x = 2.0` | all |"),
+        md.contains("| n2 | `x = 2.0`, `rl.minibatches = 2` | all |"),
         "{md}"
     );
     let eps: serde_json::Value =
@@ -494,7 +494,9 @@ fn a_stability_map_compares_each_regime_with_its_control() {
             name: "d1".into(),
             map: at("some"),
             control: Some("d0".into()),
-            drift_injection: Some(DriftInjection::Sigma { sigma: 0.5 }),
+            rl: rl_table(serde_json::json!({
+                "drift_injection": DriftInjection::Sigma { sigma: 0.5 }
+            })),
             ..RegimeSpec::default_regime()
         },
     ];
@@ -585,7 +587,7 @@ fn a_slim_folder_reports_the_same_files() {
         },
         RegimeSpec {
             name: "noise".into(),
-            mismatch: Some(Mismatch::RouterNoise { sigma: 0.5 }),
+            rl: rl_table(serde_json::json!({ "mismatch": Mismatch::RouterNoise { sigma: 0.5 } })),
             ..RegimeSpec::default_regime()
         },
     ];
@@ -744,12 +746,14 @@ fn router_only_knobs_leave_a_dense_model_untouched() {
         },
         RegimeSpec {
             name: "at_scale".into(),
-            drift_injection: Some(DriftInjection::Sigma { sigma: 2.0 }),
+            rl: rl_table(
+                serde_json::json!({ "drift_injection": DriftInjection::Sigma { sigma: 2.0 } }),
+            ),
             ..RegimeSpec::default_regime()
         },
         RegimeSpec {
             name: "mismatch".into(),
-            mismatch: Some(Mismatch::RouterNoise { sigma: 2.0 }),
+            rl: rl_table(serde_json::json!({ "mismatch": Mismatch::RouterNoise { sigma: 2.0 } })),
             ..RegimeSpec::default_regime()
         },
     ];
@@ -952,4 +956,9 @@ fn a_regime_can_run_its_own_seeds_within_its_controls() {
     let mut empty = s;
     empty.regimes[2].seeds = Some(vec![]);
     assert!(format!("{:#}", empty.validate().unwrap_err()).contains("at least one seed"));
+}
+
+/// A regime's `rl` table from a JSON object.
+fn rl_table(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    v.as_object().unwrap().clone()
 }

@@ -467,3 +467,58 @@ fn cold_start_settings_follow_the_preset_under_the_specs_keys() {
     let e = err(&format!("{HEAD}[coldstart]\nmax_step = 3\n{ARM}"));
     assert!(e.contains("'coldstart'") && e.contains("max_step"), "{e}");
 }
+
+/// Every committed results folder's recorded spec (written with the older, typed regime
+/// override keys) still parses and resolves to exactly the cells that folder ran.
+#[test]
+fn committed_specs_resolve_to_the_cells_they_ran() {
+    let mut checked = 0;
+    for entry in std::fs::read_dir("results").unwrap() {
+        let path = entry.unwrap().path().join("config.json");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let mut spec_json = v["spec"].clone();
+        if spec_json.is_null() {
+            continue;
+        }
+        spec_json.as_object_mut().unwrap().remove("target_reward");
+        let spec: ExperimentSpec =
+            serde_json::from_value(spec_json).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let ran: Vec<CellConfig> =
+            serde_json::from_value(driftlab::experiment::cell_groups::cells_value(&v)).unwrap();
+        let device = ran.first().map_or(String::new(), |c| c.device.clone());
+        let resolved = spec.resolve(&device).unwrap();
+        assert_eq!(resolved.len(), ran.len(), "{}", path.display());
+        for (a, b) in resolved.iter().zip(&ran) {
+            assert_eq!(a, b, "{}", path.display());
+        }
+        checked += 1;
+    }
+    assert!(checked >= 9, "{checked} folders");
+}
+
+/// A regime overrides `[rl]` keys one way, in its `rl` table: the keys older specs set on the
+/// regime itself are errors that show the `rl` form.
+#[test]
+fn regime_rl_keys_outside_its_rl_table_are_errors_that_show_the_rl_form() {
+    let e = regime_err("minibatches = 2\n");
+    assert!(
+        e.contains("regime 'r', key 'minibatches'") && e.contains("`rl = { minibatches = 2 }`"),
+        "{e}"
+    );
+    let e = regime_err("lr = 0.5\n");
+    assert!(e.contains("`rl = { optimizer = { lr = 0.5 } }`"), "{e}");
+    let ok = format!(
+        "{HEAD}{ARM}[[regimes]]\nname = 'r'\nrl = {{ minibatches = 2, optimizer = {{ lr = 0.5 }} }}\n"
+    );
+    let cells = ExperimentSpec::from_toml(&ok, "x.toml")
+        .unwrap()
+        .resolve("flex")
+        .unwrap();
+    assert_eq!(
+        (cells[0].rl.minibatches, cells[0].rl.optimizer.lr),
+        (2, 0.5)
+    );
+}

@@ -138,6 +138,12 @@ fn minibatch_prompts_sets_the_batch() {
     let mut cfg = grpo(RoutingMode::Native);
     cfg.minibatches = 3;
     cfg.minibatch_prompts = Some(2);
+    let unresolved = driftlab::rl::Trainer::new(cfg.clone(), warm_tiny(), short_sort(), 0)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(unresolved.contains("with_sizes"), "{unresolved}");
+    let cfg = cfg.with_sizes();
     let out = one_step(cfg.clone(), 2);
     assert_eq!(out.rewards.len(), 6 * cfg.group_size);
     assert_eq!(out.updates.len(), 3);
@@ -146,6 +152,7 @@ fn minibatch_prompts_sets_the_batch() {
             .iter()
             .all(|u| u.adv.len() == 2 * cfg.group_size)
     );
+    let mut cfg = cfg;
     cfg.minibatch_prompts = Some(0);
     let e = driftlab::rl::Trainer::new(cfg, warm_tiny(), short_sort(), 0)
         .err()
@@ -213,6 +220,7 @@ fn every_routing_mode_runs_with_every_engine_setting() {
             rl.old_logp = OldLogp::Rollout;
             rl.rollout_staleness = 1;
             rl.minibatch_prompts = Some(1);
+            let mut rl = rl.with_sizes();
             rl.mismatch = Mismatch::RouteFlip { sigma: 0.5 };
             rl.router_shift = (alg.kind() != AlgorithmKind::Gvpo).then(RouterShiftConfig::default);
             let model = Model::init(cfg.clone(), 6, &flex());

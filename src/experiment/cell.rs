@@ -3,9 +3,9 @@
 //! recorded.
 //!
 //! Precedence, later wins: the preset, the spec's `[model]`, the regime's `model`, the arm's
-//! `ffn` and `model`; the spec's `[rl]`, the regime's typed overrides and its `rl`, the arm's
-//! `rl`, then the arm's `algorithm` and `routing`. Model tables may spell `n_layers`,
-//! `n_experts` and `n_heads` as `layers`, `experts` and `heads`. `total_steps` is the spec's
+//! `ffn` and `model`; the spec's `[rl]`, the regime's `rl`, the arm's `rl`, then the arm's
+//! `algorithm` and `routing`. Model tables may spell `n_layers`, `n_experts` and `n_heads` as
+//! `layers`, `experts` and `heads`. `total_steps` is the spec's
 //! `steps`. A dense model has no router, so router-logit drift injection is switched off for
 //! it (its cells would repeat the natural ones), and its `router` settings are reset to the
 //! defaults (so it shares the cold start of a softmax spec's dense control).
@@ -156,7 +156,7 @@ impl ExperimentSpec {
 
     /// The RL settings of `arm` in `regime` (see the module docs for the order).
     fn rl_of(&self, regime: &RegimeSpec, arm: &ArmSpec, model: &ModelConfig) -> Result<RlConfig> {
-        let rl = rl_layer(&regime.apply(&self.rl), &regime.rl).context("key 'rl' of the regime")?;
+        let rl = rl_layer(&self.rl, &regime.rl).context("key 'rl' of the regime")?;
         let mut rl = rl_layer(&rl, &arm.rl).context("key 'rl'")?.with_sizes();
         rl.algorithm = arm.algorithm.clone();
         rl.routing = arm.routing;

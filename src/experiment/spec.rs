@@ -3,7 +3,7 @@
 
 use crate::metrics::collapse::CollapseConfig;
 use crate::model::{FfnKind, Preset};
-use crate::rl::{Algorithm, DriftInjection, Mismatch, RlConfig, RoutingMode};
+use crate::rl::{Algorithm, RlConfig, RoutingMode};
 use crate::task::TaskConfig;
 use crate::util::names::unknown;
 use anyhow::{Context, Result, bail};
@@ -47,22 +47,18 @@ impl ArmSpec {
     }
 }
 
-/// A named block of overrides on the shared RL settings (DESIGN §6, §9): every arm runs in every
+/// A named block of overrides on the shared settings (DESIGN §6, §9): every arm runs in every
 /// regime, so results can be stated per regime ("in the natural regime …; with 10% injected
-/// drift …").
+/// drift …"). An `[rl]` key is overridden one way, in the regime's `rl` table
+/// (`rl = { minibatches = 2, drift_injection = { kind = "target_expert_frac", target = 0.1 } }`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RegimeSpec {
     pub name: String,
     #[serde(default)]
     pub description: String,
-    pub drift_injection: Option<DriftInjection>,
-    pub mismatch: Option<Mismatch>,
-    pub router_lr_mult: Option<f64>,
-    pub lr: Option<f64>,
-    pub minibatches: Option<usize>,
-    /// Any `[rl]` keys this regime sets (e.g. `rl = { old_logp = "rollout" }`), applied after
-    /// the typed overrides above and before the arm's own `rl`.
+    /// The `[rl]` keys this regime sets (e.g. `rl = { old_logp = "rollout" }`), applied after
+    /// the spec's `[rl]` and before the arm's own `rl`.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub rl: Map<String, Value>,
     /// Model keys this regime sets (e.g. `model = { n_layers = 8 }`), applied after the spec's
@@ -116,11 +112,6 @@ impl RegimeSpec {
         RegimeSpec {
             name: "default".into(),
             description: "the spec's own settings".into(),
-            drift_injection: None,
-            mismatch: None,
-            router_lr_mult: None,
-            lr: None,
-            minibatches: None,
             rl: Map::new(),
             model: Map::new(),
             task: Map::new(),
@@ -132,27 +123,57 @@ impl RegimeSpec {
             x: None,
         }
     }
+}
 
-    /// `rl` with this regime's overrides applied.
-    pub fn apply(&self, rl: &RlConfig) -> RlConfig {
-        let mut rl = rl.clone();
-        if let Some(d) = self.drift_injection {
-            rl.drift_injection = Some(d);
+/// Regime keys of folders written before every `[rl]` override went through the regime's `rl`
+/// table: each is moved into that table (where it applied first, so a key the table also sets
+/// keeps the table's value). A spec file may not use them ([`check_key_levels`] says where
+/// they go); a recorded `config.json` still reads.
+const LEGACY_REGIME_RL: &[(&str, Option<&str>)] = &[
+    ("drift_injection", None),
+    ("mismatch", None),
+    ("minibatches", None),
+    ("lr", Some("optimizer")),
+    ("router_lr_mult", Some("optimizer")),
+];
+
+/// A regime table with its legacy keys moved into its `rl` table.
+fn fold_legacy_regime_keys(regime: &mut Map<String, Value>) {
+    for (key, under) in LEGACY_REGIME_RL {
+        let Some(v) = regime.remove(*key) else {
+            continue;
+        };
+        if v.is_null() {
+            continue;
         }
-        if let Some(m) = self.mismatch {
-            rl.mismatch = m;
+        let rl = regime
+            .entry("rl")
+            .or_insert_with(|| Value::Object(Map::new()));
+        let Some(mut table) = rl.as_object_mut() else {
+            continue;
+        };
+        if let Some(u) = under {
+            let inner = table.entry(*u).or_insert_with(|| Value::Object(Map::new()));
+            let Some(t) = inner.as_object_mut() else {
+                continue;
+            };
+            table = t;
         }
-        if let Some(x) = self.router_lr_mult {
-            rl.optimizer.router_lr_mult = x;
-        }
-        if let Some(x) = self.lr {
-            rl.optimizer.lr = x;
-        }
-        if let Some(n) = self.minibatches {
-            rl.minibatches = n;
-        }
-        rl
+        table.entry(*key).or_insert(v);
     }
+}
+
+/// `regimes`, read with [`fold_legacy_regime_keys`] applied to each.
+fn regimes_with_legacy_keys<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<RegimeSpec>, D::Error> {
+    let raw: Vec<Map<String, Value>> = Deserialize::deserialize(d)?;
+    raw.into_iter()
+        .map(|mut r| {
+            fold_legacy_regime_keys(&mut r);
+            serde_json::from_value(Value::Object(r)).map_err(serde::de::Error::custom)
+        })
+        .collect()
 }
 
 /// A named experiment: model, task, RL settings shared by all arms, the arms, the seeds.
@@ -188,7 +209,7 @@ pub struct ExperimentSpec {
     pub collapse: CollapseConfig,
     pub arms: Vec<ArmSpec>,
     /// Named override blocks; none = one regime, `default`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "regimes_with_legacy_keys")]
     pub regimes: Vec<RegimeSpec>,
     /// The claims whose endpoints the report tests, by letter ([`CLAIM_LETTERS`]), declared
     /// with the experiment; none = (a)–(f), the flagship's family. Holm's m counts only these.
@@ -258,6 +279,18 @@ fn check_key_levels(doc: &toml::Table) -> Result<()> {
     owned(doc.get("rl"), "rl.", ARM_OWNED)?;
     owned(doc.get("model"), "model.", ARM_OWNED)?;
     for r in regimes {
+        if let Some((k, under)) = LEGACY_REGIME_RL.iter().find(|(k, _)| r.get(*k).is_some()) {
+            let name = r.get("name").and_then(|n| n.as_str()).unwrap_or("?");
+            let v = r.get(*k).map(|v| v.to_string()).unwrap_or_default();
+            let inner = match under {
+                Some(u) => format!("{u} = {{ {k} = {v} }}"),
+                None => format!("{k} = {v}"),
+            };
+            bail!(
+                "regime '{name}', key '{k}': a regime sets [rl] keys in its `rl` table: \
+                 `rl = {{ {inner} }}`"
+            );
+        }
         owned(Some(r), "regimes.", ARM_OWNED)?;
         owned(r.get("rl"), "regimes.rl.", ARM_OWNED)?;
         owned(r.get("model"), "regimes.model.", ARM_OWNED)?;

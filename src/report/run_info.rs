@@ -159,25 +159,18 @@ impl RunInfo {
         );
         for r in &self.regimes {
             let v = serde_json::to_value(r).unwrap_or_default();
-            let overrides: Vec<String> = [
-                "drift_injection",
-                "mismatch",
-                "router_lr_mult",
-                "lr",
-                "minibatches",
-            ]
-            .into_iter()
-            .filter(|k| !v[*k].is_null())
-            .chain(v["x"].is_number().then_some("x"))
-            .map(|k| format!("`{k} = {}`", v[k]))
-            .chain(["rl", "model", "task"].iter().flat_map(|t| {
-                v[*t]
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .map(move |(k, x)| format!("`{t}.{k} = {x}`"))
-            }))
-            .collect();
+            let overrides: Vec<String> = v["x"]
+                .is_number()
+                .then(|| format!("`x = {}`", v["x"]))
+                .into_iter()
+                .chain(["rl", "model", "task"].iter().flat_map(|t| {
+                    v[*t]
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .map(move |(k, x)| format!("`{t}.{k} = {x}`"))
+                }))
+                .collect();
             let arms = r.arms.as_ref().map_or("all".into(), |a| a.join(", "));
             let overrides = if overrides.is_empty() {
                 "none".into()

@@ -152,8 +152,9 @@ pub struct RlConfig {
     /// Prompts per minibatch. When set, it fixes the minibatch and N sets the batch:
     /// `batch_prompts = minibatches × minibatch_prompts` (the N sweeps of arXiv 2512.01374).
     /// Unset (default), `batch_prompts` is fixed and N splits it. In a spec, whichever of the
-    /// two a later level sets wins; in code, [`RlConfig::with_sizes`] (which the trainer
-    /// applies) overwrites `batch_prompts`.
+    /// two a later level sets wins; in code, [`RlConfig::with_sizes`] overwrites
+    /// `batch_prompts` (a spec's cells are resolved with it; the trainer takes resolved
+    /// settings and refuses a batch that disagrees).
     pub minibatch_prompts: Option<usize>,
     /// Where π_old comes from (see [`OldLogp`]).
     pub old_logp: OldLogp,
@@ -247,6 +248,13 @@ impl RlConfig {
         self.optimizer.validate()?;
         if let Some(m) = self.minibatch_prompts {
             ensure!(m >= 1, "minibatch_prompts must be at least 1");
+            ensure!(
+                self.batch_prompts == self.minibatches * m,
+                "batch_prompts = {} but minibatches × minibatch_prompts = {} × {m}: settings \
+                 with minibatch_prompts are used resolved (RlConfig::with_sizes sets the batch)",
+                self.batch_prompts,
+                self.minibatches
+            );
         }
         ensure!(
             self.rollout_staleness <= 1000,

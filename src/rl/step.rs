@@ -43,8 +43,9 @@ pub struct Trainer {
 }
 
 impl Trainer {
+    /// A trainer over resolved settings (`cfg` as [`RlConfig::with_sizes`] leaves it, which is
+    /// how a spec's cells are resolved); `cfg` is validated, not re-derived.
     pub fn new(cfg: RlConfig, model: Model, task: Task, seed: u64) -> Result<Self> {
-        let cfg = cfg.with_sizes();
         cfg.validate()?;
         if model.cfg.has_router_bias()
             && matches!(
