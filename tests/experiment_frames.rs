@@ -49,11 +49,12 @@ fn three_steps_two_arms_two_seeds_write_readable_frames_and_a_report() {
         "{statuses:?}"
     );
     let read = |n: &str| read_parquet(&o.out.join(format!("{n}.parquet"))).unwrap();
-    let (steps, updates, layers, lengths, events) = (
+    let (steps, updates, layers, lengths, prefixes, events) = (
         read("steps"),
         read("updates"),
         read("layers"),
         read("lengths"),
+        read("prefixes"),
         read("events"),
     );
     assert_eq!(steps.height(), 2 * 2 * 3);
@@ -64,7 +65,7 @@ fn three_steps_two_arms_two_seeds_write_readable_frames_and_a_report() {
         "two MoE layers per update"
     );
     // Every frame has exactly the columns of its schema, in order, with the schema's dtypes.
-    for (df, frame) in [&steps, &updates, &layers, &lengths, &events]
+    for (df, frame) in [&steps, &updates, &layers, &lengths, &prefixes, &events]
         .into_iter()
         .zip(driftlab::metrics::schema::frames())
     {
@@ -196,6 +197,31 @@ fn three_steps_two_arms_two_seeds_write_readable_frames_and_a_report() {
         "8 off-policy responses per step"
     );
     assert!(vs.iter().flatten().any(|&v| v > 0.0), "log-ratios vary");
+    // Prefixes: ℓ = 1 holds every off-policy response, and one token's variance is its own
+    // uncorrelated-token value.
+    let (pl, pn) = (
+        i64_col(&prefixes, "prefix").unwrap(),
+        i64_col(&prefixes, "n_resp").unwrap(),
+    );
+    let (ps, pv) = (
+        f64_col(&prefixes, "prefix_sum_var").unwrap(),
+        f64_col(&prefixes, "pos_var_sum").unwrap(),
+    );
+    let first: Vec<usize> = (0..prefixes.height()).filter(|&i| pl[i] == 1).collect();
+    assert_eq!(
+        first.iter().map(|&i| pn[i]).sum::<i64>(),
+        (steps.height() * 8) as i64
+    );
+    for i in 0..prefixes.height() {
+        assert!(pl[i].count_ones() == 1, "prefix lengths are powers of two");
+        if let (Some(s), Some(v)) = (ps[i], pv[i]) {
+            assert!(s >= 0.0 && v >= 0.0);
+            if pl[i] == 1 {
+                assert!((s - v).abs() <= 1e-12 * s.max(1e-300), "{s} vs {v}");
+            }
+        }
+    }
+    assert!(ps.iter().flatten().any(|&v| v > 0.0), "prefix sums vary");
     assert_eq!(steps.column("arm").unwrap().dtype(), &DataType::String);
     // Under r2 the forward replays π_old's routes, yet the probe measures native drift.
     let arm = driftlab::metrics::frames::str_col(&updates, "arm").unwrap();
@@ -373,7 +399,7 @@ fn regimes_override_settings_and_get_their_own_plots() {
     // Every figure of every regime, as non-empty PNG and SVG, embedded in report.md; the
     // figures of a frame this tiny run has no data for (length bins with enough responses)
     // are left out and not embedded, rather than drawn empty.
-    let optional = ["drift_heatmap", "ratio_var_vs_len"];
+    let optional = ["drift_heatmap", "ratio_var_vs_len", "ratio_var_vs_prefix"];
     for r in ["natural", "mismatch"] {
         for p in PLOTS {
             let embedded = md.contains(&format!("(plots/{r}/{p}.svg)"));

@@ -33,15 +33,20 @@ pub enum Claim {
     DepthDrift,
     /// (l) every arm against its regime's control (the stability map).
     Control,
+    /// (m) claim (e) with difficulty held fixed: token-ratio noise accumulates along the
+    /// prefixes of the same responses beyond uncorrelated tokens; their mean does not.
+    PrefixVariance,
 }
 
 /// The letters of the claims, in [`Claim::ALL`] order.
-pub const CLAIM_LETTERS: &[char] = &['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l'];
+pub const CLAIM_LETTERS: &[char] = &[
+    'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l', 'm',
+];
 /// The claims a spec that names none tests: (a)–(f), the flagship's family.
 pub const DEFAULT_CLAIMS: &[char] = &['a', 'b', 'c', 'd', 'e', 'f'];
 
 impl Claim {
-    pub const ALL: [Claim; 12] = [
+    pub const ALL: [Claim; 13] = [
         Claim::DriftShare,
         Claim::Replay,
         Claim::GspoStable,
@@ -54,6 +59,7 @@ impl Claim {
         Claim::ComputeToReach,
         Claim::DepthDrift,
         Claim::Control,
+        Claim::PrefixVariance,
     ];
 
     /// The claim's letter.

@@ -11,8 +11,8 @@ use crate::generate::Sampling;
 use crate::metrics::collapse::{CollapseDetector, StepSignals};
 use crate::metrics::frames::Frames;
 use crate::metrics::rows::{
-    CellId, Shape, StepMeasures, event_row, layer_rows, length_rows, ratio_tok_max, step_row,
-    update_row,
+    CellId, Shape, StepMeasures, event_row, layer_rows, length_rows, prefix_rows, ratio_tok_max,
+    step_row, update_row,
 };
 use crate::rl::{StepOutput, Trainer};
 use crate::task::Task;
@@ -296,6 +296,9 @@ fn record_step(
     }
     for r in length_rows(id, out) {
         f.lengths.push(r)?;
+    }
+    for r in prefix_rows(id, out) {
+        f.prefixes.push(r)?;
     }
     for e in &events {
         f.events.push(event_row(id, e))?;

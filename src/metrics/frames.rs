@@ -145,36 +145,39 @@ impl Frame {
     }
 }
 
-/// The five frames of a run.
+/// The six frames of a run.
 pub struct Frames {
     pub steps: Frame,
     pub updates: Frame,
     pub layers: Frame,
     pub lengths: Frame,
+    pub prefixes: Frame,
     pub events: Frame,
 }
 
 impl Default for Frames {
     fn default() -> Self {
-        use super::schema::{EVENTS, LAYERS, LENGTHS, STEPS, UPDATES};
+        use super::schema::{EVENTS, LAYERS, LENGTHS, PREFIXES, STEPS, UPDATES};
         Frames {
             steps: Frame::new(&STEPS),
             updates: Frame::new(&UPDATES),
             layers: Frame::new(&LAYERS),
             lengths: Frame::new(&LENGTHS),
+            prefixes: Frame::new(&PREFIXES),
             events: Frame::new(&EVENTS),
         }
     }
 }
 
 impl Frames {
-    /// The five frames, in the order of [`super::schema::frames`].
-    pub fn all_mut(&mut self) -> [&mut Frame; 5] {
+    /// The six frames, in the order of [`super::schema::frames`].
+    pub fn all_mut(&mut self) -> [&mut Frame; 6] {
         [
             &mut self.steps,
             &mut self.updates,
             &mut self.layers,
             &mut self.lengths,
+            &mut self.prefixes,
             &mut self.events,
         ]
     }
@@ -186,6 +189,7 @@ impl Frames {
             &self.updates,
             &self.layers,
             &self.lengths,
+            &self.prefixes,
             &self.events,
         ] {
             crate::util::io::write_parquet(&mut f.to_df()?, &dir.join(f.schema.file_name()))?;

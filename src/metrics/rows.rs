@@ -231,6 +231,74 @@ pub fn length_rows(id: &CellId, out: &StepOutput) -> Vec<Row> {
         .collect()
 }
 
+/// Per prefix length ℓ: (responses, df, Σ (S_ℓ − S̄_ℓ)², Σ_{t<ℓ} Σ (x_t − x̄_t)²).
+type PrefixAcc = std::collections::BTreeMap<usize, (usize, usize, f64, f64)>;
+
+/// Add one group of responses of one exact length (each its per-token log-ratios) to `acc`.
+fn add_prefix_group(acc: &mut PrefixAcc, rows: &[Vec<f64>]) {
+    let (n, len) = (rows.len(), rows.first().map_or(0, Vec::len));
+    for &p in PREFIX_LENS.iter().filter(|&&p| p <= len) {
+        let e = acc.entry(p).or_default();
+        e.0 += n;
+        if n < 2 {
+            continue;
+        }
+        e.1 += n - 1;
+        let sums: Vec<f64> = rows.iter().map(|x| x[..p].iter().sum()).collect();
+        e.2 += mean_var(&sums).1 * n as f64;
+        for t in 0..p {
+            let col: Vec<f64> = rows.iter().map(|x| x[t]).collect();
+            e.3 += mean_var(&col).1 * n as f64;
+        }
+    }
+}
+
+/// Prefix lengths of the prefixes frame.
+pub const PREFIX_LENS: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+
+/// Per prefix length ℓ, the step's off-policy updates pooled: the within-(update, exact length)
+/// variance over responses of S_ℓ = Σ_{t<ℓ} log w_t, and the sum over the first ℓ positions of
+/// the per-position variance of log w_t (what Var(S_ℓ) would be with uncorrelated tokens). Every
+/// ℓ reads the same responses to the same prompts, so the growth of Var(S_ℓ) with ℓ is
+/// accumulation along a response with the task's difficulty held fixed (GSPO §4).
+pub fn prefix_rows(id: &CellId, out: &StepOutput) -> Vec<Row> {
+    use std::collections::BTreeMap;
+    let mut acc = PrefixAcc::new();
+    for u in out
+        .updates
+        .iter()
+        .filter(|u| off_policy(id, u, out.staleness))
+    {
+        let mut by_len: BTreeMap<usize, Vec<Vec<f64>>> = BTreeMap::new();
+        let mut at = 0;
+        for &l in &u.lens {
+            let x = u.stats.ratio_tok[at..at + l]
+                .iter()
+                .map(|&w| f64::from(w).ln())
+                .collect();
+            at += l;
+            by_len.entry(l).or_default().push(x);
+        }
+        for rows in by_len.values() {
+            add_prefix_group(&mut acc, rows);
+        }
+    }
+    acc.into_iter()
+        .map(|(p, (n, df, m2s, m2t))| {
+            let mut row = id.row(out.step);
+            let pooled = |m2: f64| f(if df > 0 { m2 / df as f64 } else { f64::NAN });
+            row.extend([
+                ("prefix", Val::I(p as i64)),
+                ("n_resp", Val::I(n as i64)),
+                ("df", Val::I(df as i64)),
+                ("prefix_sum_var", pooled(m2s)),
+                ("pos_var_sum", pooled(m2t)),
+            ]);
+            row
+        })
+        .collect()
+}
+
 /// The router-shift columns of an update (null when the weighting is off).
 fn router_shift_cols(id: &CellId, st: &crate::rl::loss::LossStats) -> [(&'static str, Val); 2] {
     let shift = st.router_shift.as_deref().unwrap_or_default();
@@ -460,4 +528,28 @@ pub fn step_row(
         ),
     ]);
     row
+}
+
+#[cfg(test)]
+mod prefix_tests {
+    use super::*;
+
+    /// Tokens that repeat their response's log-ratio are fully correlated: Var(S_ℓ) is ℓ times
+    /// the uncorrelated-token value. A one-response group adds responses but no df.
+    #[test]
+    fn fully_correlated_tokens_inflate_the_prefix_variance_by_its_length() {
+        let rows: Vec<Vec<f64>> = [0.1, -0.2, 0.3].iter().map(|&a| vec![a; 9]).collect();
+        let mut acc = PrefixAcc::new();
+        add_prefix_group(&mut acc, &rows);
+        add_prefix_group(&mut acc, &[vec![0.5; 9]]);
+        assert_eq!(acc.keys().copied().collect::<Vec<_>>(), vec![1, 2, 4, 8]);
+        for (&l, &(n, df, m2s, m2t)) in &acc {
+            assert_eq!((n, df), (4, 2));
+            assert!(
+                (m2s / m2t - l as f64).abs() < 1e-12,
+                "ℓ = {l}: {}",
+                m2s / m2t
+            );
+        }
+    }
 }

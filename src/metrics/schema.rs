@@ -309,6 +309,36 @@ pub static LENGTHS: FrameSchema = FrameSchema {
     ],
 };
 
+pub static PREFIXES: FrameSchema = FrameSchema {
+    name: "prefixes",
+    grain: "one row per cell, step and prefix length ℓ (1, 2, 4, 8, …): the first ℓ tokens of \
+            every response at least ℓ long, the step's off-policy updates pooled (as in the \
+            lengths frame); variances are within (update, exact response length), so every ℓ \
+            reads the same responses of the same prompts and length does not bring difficulty \
+            with it",
+    keys: &[i("prefix", "prefix length ℓ in tokens")],
+    metrics: &[
+        i(
+            "n_resp",
+            "responses at least ℓ tokens long over the pooled updates",
+        ),
+        i(
+            "df",
+            "degrees of freedom of the pooled variances: Σ over (update, exact length) groups of \
+             (responses − 1)",
+        ),
+        f(
+            "prefix_sum_var",
+            "pooled variance of Σ_{t<ℓ} log w_t over responses; null when df = 0",
+        ),
+        f(
+            "pos_var_sum",
+            "Σ_{t<ℓ} of the pooled variance of log w_t at position t: what prefix_sum_var \
+             would be if the tokens' log-ratios were uncorrelated; null when df = 0",
+        ),
+    ],
+};
+
 pub static EVENTS: FrameSchema = FrameSchema {
     name: "events",
     grain: "one row per collapse or warning event",
@@ -327,9 +357,9 @@ pub static EVENTS: FrameSchema = FrameSchema {
     ],
 };
 
-/// The five frames of a run, in the order they are written.
-pub fn frames() -> [&'static FrameSchema; 5] {
-    [&STEPS, &UPDATES, &LAYERS, &LENGTHS, &EVENTS]
+/// The six frames of a run, in the order they are written.
+pub fn frames() -> [&'static FrameSchema; 6] {
+    [&STEPS, &UPDATES, &LAYERS, &LENGTHS, &PREFIXES, &EVENTS]
 }
 
 #[derive(Serialize)]

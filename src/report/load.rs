@@ -9,7 +9,7 @@ use anyhow::Result;
 use polars::prelude::*;
 use std::path::Path;
 
-/// The five frames of a run, rows in a fixed order (see [`load_frames`]).
+/// The six frames of a run, rows in a fixed order (see [`load_frames`]).
 #[derive(Clone)]
 pub struct RunFrames {
     pub steps: DataFrame,
@@ -17,6 +17,8 @@ pub struct RunFrames {
     pub layers: DataFrame,
     /// Empty for runs written before the lengths frame existed.
     pub lengths: DataFrame,
+    /// Empty for runs written before the prefixes frame existed.
+    pub prefixes: DataFrame,
     pub events: DataFrame,
 }
 
@@ -38,6 +40,7 @@ impl RunFrames {
             updates: keep(&self.updates)?,
             layers: keep(&self.layers)?,
             lengths: keep(&self.lengths)?,
+            prefixes: keep(&self.prefixes)?,
             events: keep(&self.events)?,
         })
     }
@@ -69,12 +72,13 @@ pub fn load_frames(dir: &Path) -> Result<RunFrames> {
 /// [`load_frames`] with the run's `config.json` already read.
 pub fn load_frames_of(dir: &Path, info: &RunInfo) -> Result<RunFrames> {
     let order = info.order();
-    let [steps, updates, layers, lengths, events] = schema::frames().map(|s| {
+    let [steps, updates, layers, lengths, prefixes, events] = schema::frames().map(|s| {
         let path = dir.join(s.file_name());
-        // A folder may leave out its per-layer and per-length frames (a run from before the
-        // lengths frame; the committed stability map, whose Parquet budget holds its step,
-        // update and event frames only): the figures that read them are then drawn empty.
-        if (s.name == schema::LENGTHS.name || s.name == schema::LAYERS.name) && !path.exists() {
+        // A folder may leave out its per-layer, per-length and per-prefix frames (a run from
+        // before a frame existed; the committed stability map, whose Parquet budget holds its
+        // step, update and event frames only): the figures that read them are then left out.
+        let optional = [&schema::LENGTHS, &schema::LAYERS, &schema::PREFIXES];
+        if optional.iter().any(|o| o.name == s.name) && !path.exists() {
             return Ok(DataFrame::empty());
         }
         read_parquet(&path).and_then(|df| sorted_by_cell(df, &order))
@@ -84,6 +88,7 @@ pub fn load_frames_of(dir: &Path, info: &RunInfo) -> Result<RunFrames> {
         updates: updates?,
         layers: layers?,
         lengths: lengths?,
+        prefixes: prefixes?,
         events: events?,
     })
 }
@@ -115,6 +120,7 @@ fn sorted_by_cell(df: DataFrame, order: &[(String, String)]) -> Result<DataFrame
         "minibatch",
         "layer",
         "len_lo",
+        "prefix",
     ]
     .into_iter()
     .filter(|k| df.column(k).is_ok())

@@ -39,6 +39,7 @@ pub fn def(c: Claim) -> ClaimDef {
         Claim::ComputeToReach => objectives::COMPUTE,
         Claim::DepthDrift => drift::DEPTH,
         Claim::Control => control::CONTROL,
+        Claim::PrefixVariance => ratios::PREFIX,
     }
 }
 

@@ -47,6 +47,7 @@ fn arms_and_frames(x: &str) -> (Arms, RunFrames) {
         updates: DataFrame::empty(),
         layers: DataFrame::empty(),
         lengths: DataFrame::empty(),
+        prefixes: DataFrame::empty(),
         events: DataFrame::empty(),
     };
     (arms, empty)

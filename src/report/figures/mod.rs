@@ -18,7 +18,7 @@ mod panels;
 mod series;
 mod stability;
 mod sweep;
-use panels::{drift_heatmap, forest, mechanism, variance_by_length};
+use panels::{drift_heatmap, forest, mechanism, variance_by_length, variance_by_prefix};
 use series::{band_chart, curves, line, reference};
 pub use stability::{MAP_PLOTS, map_plots};
 pub use sweep::{SWEEP_PLOTS, sweep_plots};
@@ -38,6 +38,7 @@ pub const PLOTS: &[&str] = &[
     "drift",
     "drift_heatmap",
     "ratio_var_vs_len",
+    "ratio_var_vs_prefix",
     "mismatch_kl",
 ];
 
@@ -280,6 +281,12 @@ fn plots_in(pdir: &Path, r: &Regime, eps: &[&Endpoint]) -> Result<Vec<&'static s
         made.retain(|p| *p != "ratio_var_vs_len");
     } else {
         by_len.save(pdir, "ratio_var_vs_len")?;
+    }
+    let by_prefix = variance_by_prefix(f, &same)?;
+    if by_prefix.series.iter().all(|s| s.points.is_empty()) {
+        made.retain(|p| *p != "ratio_var_vs_prefix");
+    } else {
+        by_prefix.save(pdir, "ratio_var_vs_prefix")?;
     }
     // A KL is positive and spans decades across regimes: always a log axis.
     let (series, _) = band_chart(&curves(&f.steps, multi, "step", "mismatch_kl_k3")?, false);

@@ -104,6 +104,76 @@ pub(super) fn variance_by_length(f: &RunFrames, same: &[Vec<String>]) -> Result<
     ))
 }
 
+/// Var(S_ℓ), its uncorrelated-token value Σ_t Var(log w_t) and Var(S_ℓ / ℓ) against the prefix
+/// length ℓ: per seed the mean over the regime's distinct arms of each cell's pooled value,
+/// then mean ± 95% band over seeds, with guide slopes 1 and −1 through the middle prefix.
+pub(super) fn variance_by_prefix(f: &RunFrames, same: &[Vec<String>]) -> Result<LineChart> {
+    use crate::report::lengths::{MIN_DF, Prefix, cell_prefixes};
+    let cells = cell_prefixes(&f.prefixes)?;
+    let per = |v: fn(&Prefix) -> f64| -> BTreeMap<i64, Vec<(f64, f64)>> {
+        // seed → ℓ → (Σ value, arms)
+        let mut acc: BTreeMap<i64, BTreeMap<i64, (f64, usize)>> = BTreeMap::new();
+        for ((arm, seed), ps) in &cells {
+            if crate::report::identical::is_repeat(same, arm) {
+                continue;
+            }
+            for p in ps.iter().filter(|p| p.df >= MIN_DF) {
+                let e = acc.entry(*seed).or_default().entry(p.len).or_default();
+                e.0 += v(p);
+                e.1 += 1;
+            }
+        }
+        acc.into_iter()
+            .map(|(s, m)| {
+                let pts = m
+                    .iter()
+                    .map(|(l, v)| (*l as f64, v.0 / v.1 as f64))
+                    .collect();
+                (s, pts)
+            })
+            .collect()
+    };
+    let sum = mean_band("Var(S_ℓ), S_ℓ = Σ_{t<ℓ} log w_t", &per(|p| p.sum_var));
+    let indep = mean_band(
+        "Σ_{t<ℓ} Var(log w_t): S_ℓ's variance with uncorrelated tokens",
+        &per(|p| p.pos_var),
+    );
+    let mean = mean_band(
+        "Var(S_ℓ / ℓ): the length-normalised ratio",
+        &per(Prefix::mean_var),
+    );
+    let guide = |s: &crate::report::charts::Series, beta: f64, name: &str, color: usize| {
+        let (x0, y0) = *s.points.get(s.points.len() / 2)?;
+        Some(crate::report::charts::Series {
+            name: name.into(),
+            points: s
+                .points
+                .iter()
+                .map(|&(x, _)| (x, y0 * (x / x0).powf(beta)))
+                .collect(),
+            band: Vec::new(),
+            dashed: true,
+            color: Some(color),
+        })
+    };
+    let guides: Vec<_> = [
+        guide(&sum, 1.0, "guide: ∝ ℓ (β = 1)", 0),
+        guide(&mean, -1.0, "guide: ∝ 1/ℓ (β = −1)", 2),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut series = vec![sum, indep, mean];
+    series.extend(guides);
+    Ok(line(
+        "Log-ratio variance over a response's first ℓ tokens (same responses at every ℓ; 95% band)",
+        "prefix length ℓ (tokens)",
+        "variance over responses",
+        series,
+        true,
+    ))
+}
+
 /// Drift per (layer, step), mean over seeds and minibatches, one panel per distinct arm.
 pub(super) fn drift_heatmap(f: &RunFrames, multi: bool, same: &[Vec<String>]) -> Result<Heatmap> {
     let mut panels = Vec::new();
