@@ -112,22 +112,29 @@ impl LineChart {
                     .map_err(err)?;
             }
         }
-        for (k, r) in self.refs.iter().enumerate() {
+        // A line with an empty label continues the one before it (e.g. −δ after +δ): same
+        // colour, no legend entry of its own.
+        let mut k = 0;
+        for (i, r) in self.refs.iter().enumerate() {
+            if i > 0 && !r.label.is_empty() {
+                k += 1;
+            }
             let Some(y) = self.ty(r.y) else { continue };
             // Dark and dashed, in colours the series palette does not use.
             let grey = REF_COLORS[k % REF_COLORS.len()];
-            chart
+            let drawn = chart
                 .draw_series(DashedLineSeries::new(
                     vec![(x0, y), (x1, y)],
                     8,
                     5,
                     grey.stroke_width(2),
                 ))
-                .map_err(err)?
-                .label(&r.label)
-                .legend(move |(x, y)| {
+                .map_err(err)?;
+            if !r.label.is_empty() {
+                drawn.label(&r.label).legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 20, y)], grey.stroke_width(2))
                 });
+            }
         }
         Ok(())
     }

@@ -87,6 +87,7 @@ pub struct Marker {
 #[derive(Clone, Debug, PartialEq)]
 pub struct RefLine {
     pub y: f64,
+    /// Empty: the line continues the one before it (same colour, no legend entry).
     pub label: String,
 }
 

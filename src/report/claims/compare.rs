@@ -67,25 +67,31 @@ pub(crate) fn reward_gain(
     b: &ArmSummary,
     claimed: Claimed,
 ) -> Endpoint {
-    let mut e = Endpoint::new(
+    Endpoint::new(
         claim,
         r.name,
         format!("final reward, {} − {}", name(b), name(a)),
         Scale::Difference,
         claimed,
     )
-    .pair(a, b, "final_reward");
-    if twins(r.same, &a.name, &b.name) {
-        // A difference that is 0 by construction would pass TOST on every seed count.
+    .pair(a, b, "final_reward")
+}
+
+/// Every paired endpoint of arms that ran bitwise-identical trajectories in this regime is
+/// taken out of Holm's family with a note: its difference is 0 by construction and would
+/// pass TOST on every seed count. The one rule for every claim.
+pub(crate) fn set_aside_twins(same: &[Vec<String>], eps: &mut [Endpoint]) {
+    for e in eps {
+        let Some((a, b)) = &e.arms else { continue };
+        if a == b || !twins(same, a, b) || !e.primary {
+            continue;
+        }
         e.primary = false;
         e.note = Some(format!(
-            "{} and {} ran bitwise-identical trajectories here (0 by construction): not tested, \
-             outside Holm's family",
-            name(b),
-            name(a)
+            "`{b}` and `{a}` ran bitwise-identical trajectories here (0 by construction): not \
+             tested, outside Holm's family"
         ));
     }
-    e
 }
 
 pub(crate) fn ci(m: &MeanCi) -> String {

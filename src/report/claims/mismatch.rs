@@ -147,10 +147,7 @@ pub(super) fn extreme(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()> {
             claimed,
         )
         .margin(EXTREME_MARGIN)
-        .maps(
-            &seeds_of(lo, "mismatch_extreme_frac"),
-            &seeds_of(hi, "mismatch_extreme_frac"),
-        );
+        .pair(lo, hi, "mismatch_extreme_frac");
         share.note = Some(format!(
             "{paper}, as a ratio; compared here as a difference"
         ));

@@ -51,6 +51,7 @@ pub fn declare_regime(r: &RegimeData) -> Result<Vec<Endpoint>> {
             f(r, &mut out)?;
         }
     }
+    compare::set_aside_twins(r.same, &mut out);
     Ok(out)
 }
 

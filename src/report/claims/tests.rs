@@ -101,7 +101,8 @@ fn the_beyond_two_share_is_compared_by_difference_and_seeds_with_any() {
 }
 
 /// Arms that ran bitwise-identical trajectories are compared, but outside Holm's family:
-/// a difference that is 0 by construction is no evidence.
+/// a difference that is 0 by construction is no evidence. One rule for every claim's paired
+/// endpoints: the reward gains of (b) and the mismatch shares of (g) alike.
 #[test]
 fn identical_arms_are_out_of_holms_family() {
     let x = "final_reward";
@@ -121,6 +122,8 @@ fn identical_arms_are_out_of_holms_family() {
         reward_gain(Claim::Replay, &r, g, r3, Claimed::Greater),
         reward_gain(Claim::Replay, &r, &arms.arms[2].0, g, Claimed::Greater),
     ];
+    assert!(eps.iter().all(|e| e.primary), "set aside by the one rule");
+    super::compare::set_aside_twins(&same, &mut eps);
     assert!(!eps[0].primary);
     assert!(
         eps[0]
@@ -133,4 +136,23 @@ fn identical_arms_are_out_of_holms_family() {
     crate::report::endpoints::evaluate(&mut eps, false);
     assert_eq!(eps[0].verdict, crate::report::endpoints::Verdict::Secondary);
     assert!(eps[0].p_holm.is_nan());
+    // (g) in a mismatch regime where R3 and native happened to run identically.
+    let x = "mismatch_extreme_frac";
+    let (arms, empty) = arms_and_frames(x);
+    let r = RegimeData {
+        name: "bf16",
+        arms: &arms,
+        frames: &empty,
+        same: &same,
+        mismatch: true,
+        claims: &[Claim::ExtremeShare],
+    };
+    let eps = declare(&r).unwrap();
+    let r3_vs_native: Vec<_> = eps.iter().filter(|e| e.what.contains("grpo_r3")).collect();
+    assert!(!r3_vs_native.is_empty());
+    assert!(r3_vs_native.iter().all(|e| !e.primary));
+    assert!(
+        eps.iter().any(|e| e.primary && e.what.contains("dense")),
+        "MoE vs dense stays in the family"
+    );
 }

@@ -117,6 +117,9 @@ pub struct Endpoint {
     /// Per seed of `est.diffs`: the value is only a lower bound (right-censored: the arm never
     /// got there within the run). Empty when nothing is censored.
     pub censored: Vec<bool>,
+    /// The two arms a paired endpoint compares (`a`, then `b` of `b` against `a`).
+    #[serde(skip)]
+    pub arms: Option<(String, String)>,
 }
 
 impl Endpoint {
@@ -149,6 +152,7 @@ impl Endpoint {
             verdict: Verdict::Secondary,
             note: None,
             censored: Vec::new(),
+            arms: None,
         }
     }
 
@@ -171,6 +175,7 @@ impl Endpoint {
     pub(crate) fn pair(mut self, a: &ArmSummary, b: &ArmSummary, metric: &str) -> Self {
         let (x, y) = aligned(&seeds_of(a, metric), &seeds_of(b, metric));
         self.est = paired(&x, &y, self.scale);
+        self.arms = Some((a.name.clone(), b.name.clone()));
         self
     }
 

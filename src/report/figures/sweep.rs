@@ -261,8 +261,8 @@ pub fn sweep_plots(
         false,
     );
     chart.refs = vec![
-        reference(crate::report::endpoints::REWARD_MARGIN, "+δ (0.05)"),
-        reference(-crate::report::endpoints::REWARD_MARGIN, "−δ"),
+        reference(crate::report::endpoints::REWARD_MARGIN, "±δ (0.05)"),
+        reference(-crate::report::endpoints::REWARD_MARGIN, ""),
     ];
     chart.save(&pdir, "paired_reward")?;
     if regs
