@@ -134,6 +134,15 @@ pub fn rl_preset(preset: Preset, device: &Device, reps: usize) -> Result<()> {
             r.opt,
             r.probe,
         );
+        if threads == 1 {
+            // Cells run one thread each, one per core: what an experiment gets per core-hour
+            // (RL steps only; the cold start and the evals come on top).
+            println!(
+                "  as an experiment cell: {:.0} RL steps per core-hour; a 50-step cell (moe_drift's) {:.1} cells per core-hour",
+                3600.0 / r.total,
+                3600.0 / (50.0 * r.total)
+            );
+        }
     }
     purge_ratio(&model, &task, reps)?;
     match peak_rss_mib() {
