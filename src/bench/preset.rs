@@ -134,7 +134,7 @@ pub fn rl_preset(preset: Preset, device: &Device, reps: usize) -> Result<()> {
             r.opt,
             r.probe,
         );
-        if threads == 1 {
+        if probe && threads == 1 {
             // Cells run one thread each, one per core: what an experiment gets per core-hour
             // (RL steps only; the cold start and the evals come on top).
             println!(
