@@ -114,8 +114,7 @@ fn gates_match_hand_computed_values_native_and_forced() {
         &active,
         LayerRouting {
             forced: Some(&forced_ids),
-            logit_offset: None,
-            choice_offset: None,
+            ..LayerRouting::default()
         },
         false,
     );
@@ -402,8 +401,7 @@ fn no_route_slots_fall_back_to_native() {
         &[true, true],
         LayerRouting {
             forced: Some(&forced),
-            logit_offset: None,
-            choice_offset: None,
+            ..LayerRouting::default()
         },
         false,
     );

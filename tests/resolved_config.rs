@@ -522,3 +522,43 @@ fn regime_rl_keys_outside_its_rl_table_are_errors_that_show_the_rl_form() {
         (2, 0.5)
     );
 }
+
+/// Every masking correction is an `[rl]` key (and an arm's or regime's `rl` key) with its own
+/// checks; a misspelt key or level is an error naming it.
+#[test]
+fn masking_corrections_are_rl_keys_and_misspellings_name_the_key() {
+    let ok = format!(
+        "{HEAD}[rl]\nicepop = {{ low = 0.5, high = 5.0 }}\n\
+         mis = {{ level = 'geometric', low = 0.999, high = 1.001 }}\n\
+         opsm = {{ threshold = 0.5 }}\n{ARM}\
+         [[arms]]\nname = 'b'\nalgorithm = {{ kind = 'gspo' }}\nrl = {{ mis = {{ level = 'token' }} }}\n"
+    );
+    let cells = ExperimentSpec::from_toml(&ok, "x.toml")
+        .unwrap()
+        .resolve("flex")
+        .unwrap();
+    let a = &cells[0].rl;
+    assert_eq!(a.icepop.as_ref().unwrap().high, 5.0);
+    assert_eq!(
+        a.mis.as_ref().unwrap().level,
+        driftlab::rl::MisLevel::Geometric
+    );
+    assert_eq!(a.opsm.as_ref().unwrap().threshold, 0.5);
+    let b = &cells[1].rl;
+    assert_eq!(b.mis.as_ref().unwrap().level, driftlab::rl::MisLevel::Token);
+    assert_eq!(
+        b.mis.as_ref().unwrap().high,
+        1.001,
+        "the arm's table merges into [rl]'s"
+    );
+    let e = err(&format!("{HEAD}[rl]\nicepop = {{ hgh = 5.0 }}\n{ARM}"));
+    assert!(e.contains("hgh"), "{e}");
+    let e = err(&format!("{HEAD}[rl]\nmis = {{ level = 'sequnce' }}\n{ARM}"));
+    assert!(e.contains("sequnce"), "{e}");
+    let e = err(&format!(
+        "{HEAD}[rl]\nicepop = {{ low = 2.0, high = 5.0 }}\n{ARM}"
+    ));
+    assert!(e.contains("icepop") && e.contains("contain 1"), "{e}");
+    let e = err(&format!("{HEAD}[rl]\nopsm = {{ threshold = -1.0 }}\n{ARM}"));
+    assert!(e.contains("opsm.threshold"), "{e}");
+}

@@ -292,3 +292,102 @@ fn router_shift_columns_count_the_floored_tokens() {
     let mean = g.iter().map(|&x| f64::from(x)).sum::<f64>() / g.len() as f64;
     assert!((get("router_shift_mean") - mean).abs() < 1e-12);
 }
+
+/// The masking corrections on the trainer: with no mismatch nothing is masked (every
+/// objective), with a strong one they mask, and a minibatch whose every token is masked takes
+/// no optimizer step and says why.
+#[test]
+fn masking_corrections_mask_only_under_a_mismatch_and_an_all_masked_minibatch_is_skipped() {
+    use driftlab::rl::{IcePopConfig, MisConfig, MisLevel, OpsmConfig};
+    let all = |mut cfg: RlConfig| {
+        cfg.icepop = Some(IcePopConfig::default());
+        cfg.mis = Some(MisConfig::default());
+        cfg.opsm = Some(OpsmConfig::default());
+        cfg
+    };
+    for alg in Algorithm::all_defaults() {
+        let out = one_step(all(tiny_rl(alg.clone(), RoutingMode::Native)), 2);
+        for u in &out.updates {
+            assert!(u.applied, "{}", alg.name());
+            for m in [&u.stats.icepop_masked, &u.stats.mis_masked] {
+                assert!(m.as_ref().unwrap().iter().all(|&x| !x), "{}", alg.name());
+            }
+            assert!(u.stats.opsm_masked.as_ref().unwrap().iter().all(|&x| !x));
+        }
+    }
+    let mut noisy = grpo(RoutingMode::Native);
+    noisy.mismatch = Mismatch::RouterNoise { sigma: 2.0 };
+    noisy.icepop = Some(IcePopConfig {
+        low: 0.9,
+        high: 1.1,
+    });
+    let out = one_step(noisy.clone(), 2);
+    let masked: usize = out
+        .updates
+        .iter()
+        .map(|u| {
+            u.stats
+                .icepop_masked
+                .as_ref()
+                .unwrap()
+                .iter()
+                .filter(|&&x| x)
+                .count()
+        })
+        .sum();
+    assert!(masked > 0, "a strong mismatch leaves the band somewhere");
+    noisy.icepop = None;
+    noisy.mis = Some(MisConfig {
+        level: MisLevel::Sequence,
+        low: 1.0 - 1e-9,
+        high: 1.0 + 1e-9,
+    });
+    let mut t = trainer(noisy, 2);
+    let before = t.model.clone();
+    let out = t.step();
+    for u in &out.updates {
+        assert!(u.stats.mis_masked.as_ref().unwrap().iter().all(|&x| x));
+        assert!(!u.applied);
+        assert_eq!(
+            u.skip_reason.as_deref(),
+            Some(driftlab::rl::step::ALL_MASKED)
+        );
+    }
+    assert!(
+        t.model.weights.to_bytes() == before.weights.to_bytes(),
+        "no step taken"
+    );
+}
+
+/// Threshold-filtered replay: ratio 0 is plain replay (bitwise); on a step's first minibatch
+/// under r2 the replayed routes are the live ones, so nothing is replaced; a native arm may
+/// not ask for it.
+#[test]
+fn threshold_replay_at_ratio_zero_is_r2_and_replaces_nothing_on_policy() {
+    use driftlab::rl::ReplayThresholdConfig;
+    let r2 = grpo(RoutingMode::R2);
+    let mut zero = r2.clone();
+    zero.replay_threshold = Some(ReplayThresholdConfig { ratio: 0.0 });
+    let (a, b) = (one_step(r2.clone(), 4), one_step(zero, 4));
+    assert_eq!(a.rewards, b.rewards);
+    for (x, y) in a.updates.iter().zip(&b.updates) {
+        assert_eq!(x.stats.ratio_tok, y.stats.ratio_tok);
+        assert_eq!(y.stats.replay_filter.map(|(_, r)| r), Some(0));
+    }
+    let mut half = r2.clone();
+    half.replay_threshold = Some(ReplayThresholdConfig { ratio: 1.0 });
+    let out = one_step(half, 4);
+    let (slots, replaced) = out.updates[0].stats.replay_filter.unwrap();
+    assert!(slots > 0);
+    assert_eq!(replaced, 0, "minibatch 1 replays the live routes");
+    let mut native = grpo(RoutingMode::Native);
+    native.replay_threshold = Some(ReplayThresholdConfig::default());
+    let e = driftlab::rl::Trainer::new(native, warm_tiny(), short_sort(), 0)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("replay_threshold") && e.contains("r2 or r3"),
+        "{e}"
+    );
+}

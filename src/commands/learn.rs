@@ -4,7 +4,8 @@
 use crate::coldstart::{ColdStartConfig, load_or_train};
 use crate::model::{ModelConfig, Preset, RouterKind};
 use crate::rl::{
-    Algorithm, AlgorithmKind, OldLogp, RlConfig, RouterShiftConfig, RoutingMode, Trainer,
+    Algorithm, AlgorithmKind, IcePopConfig, MisConfig, MisLevel, Mismatch, OldLogp, OpsmConfig,
+    ReplayThresholdConfig, RlConfig, RouterShiftConfig, RoutingMode, Trainer,
 };
 use crate::task::{Task, TaskConfig, Tokenizer};
 use anyhow::Result;
@@ -40,9 +41,32 @@ pub struct LearnArgs {
     /// Rollouts sampled by the policy of this many steps before.
     #[arg(long, default_value_t = 0)]
     pub rollout_staleness: usize,
+    /// A rollout engine whose router logits carry Gaussian noise of this σ (a mismatch for
+    /// the masking corrections to act on); none by default.
+    #[arg(long)]
+    pub router_noise: Option<f64>,
+    /// IcePop's token mask on the engine ratio, at the paper's band [0.5, 5].
+    #[arg(long)]
+    pub icepop: bool,
+    /// Masked importance sampling at this level (token, sequence or geometric; default band
+    /// [0, 3]).
+    #[arg(long, value_parser = parse_mis_level)]
+    pub mis: Option<MisLevel>,
+    /// Off-policy sequence masking at the default threshold (0.5).
+    #[arg(long)]
+    pub opsm: bool,
+    /// Threshold-filtered replay (with `--routing r2` or `r3`): a replayed expert scoring
+    /// below this × the weakest live top-k score is replaced by a live choice.
+    #[arg(long)]
+    pub replay_threshold: Option<f64>,
     /// Cache directory of cold starts.
     #[arg(long, default_value = crate::util::io::DEFAULT_CACHE_DIR)]
     pub cache_dir: PathBuf,
+}
+
+fn parse_mis_level(s: &str) -> std::result::Result<MisLevel, String> {
+    serde_json::from_value(serde_json::Value::String(s.into()))
+        .map_err(|_| format!("unknown MIS level '{s}' (token, sequence or geometric)"))
 }
 
 /// How a learn line names what ran: objective, routing mode and the settings that differ from
@@ -61,13 +85,116 @@ fn label(a: &LearnArgs) -> String {
     if a.rollout_staleness > 0 {
         s += &format!(" staleness={}", a.rollout_staleness);
     }
+    if let Some(x) = a.router_noise {
+        s += &format!(" router_noise={x}");
+    }
+    if a.icepop {
+        s += " +icepop";
+    }
+    if let Some(l) = a.mis {
+        s += &format!(
+            " +mis={}",
+            serde_json::to_value(l)
+                .unwrap_or_default()
+                .as_str()
+                .unwrap_or("?")
+        );
+    }
+    if a.opsm {
+        s += " +opsm";
+    }
+    if let Some(r) = a.replay_threshold {
+        s += &format!(" +replay_threshold={r}");
+    }
     s
 }
 
+/// The RL settings of a learn run.
+fn rl_config(a: &LearnArgs) -> RlConfig {
+    let mut cfg = RlConfig {
+        algorithm: Algorithm::default_of(a.algorithm),
+        routing: a.routing,
+        minibatches: a.minibatches,
+        router_shift: a.router_shift.then(RouterShiftConfig::default),
+        old_logp: a.old_logp,
+        rollout_staleness: a.rollout_staleness,
+        total_steps: a.steps,
+        measure_kl_ref: false,
+        mismatch: a
+            .router_noise
+            .map_or(Mismatch::None, |sigma| Mismatch::RouterNoise { sigma }),
+        icepop: a.icepop.then(IcePopConfig::default),
+        mis: a.mis.map(|level| MisConfig {
+            level,
+            ..MisConfig::default()
+        }),
+        opsm: a.opsm.then(OpsmConfig::default),
+        replay_threshold: a
+            .replay_threshold
+            .map(|ratio| ReplayThresholdConfig { ratio }),
+        ..RlConfig::default()
+    };
+    cfg.optimizer.lr = a.lr;
+    cfg
+}
+
+/// What the masking corrections masked over a run: (masked, total) of IcePop's and MIS's
+/// tokens and OPSM's responses, and the updates skipped with every token masked.
+#[derive(Default)]
+struct Masked {
+    counts: [(usize, usize); 3],
+    skipped: usize,
+    /// (replaced, replayed) slots of a threshold-filtered replay.
+    replay: (usize, usize),
+}
+
+impl Masked {
+    fn add(&mut self, o: &crate::rl::StepOutput) {
+        for u in &o.updates {
+            let st = &u.stats;
+            if let Some((n, r)) = st.replay_filter {
+                self.replay.0 += r;
+                self.replay.1 += n;
+            }
+            for (m, v) in
+                self.counts
+                    .iter_mut()
+                    .zip([&st.icepop_masked, &st.mis_masked, &st.opsm_masked])
+            {
+                if let Some(v) = v {
+                    m.0 += v.iter().filter(|&&x| x).count();
+                    m.1 += v.len();
+                }
+            }
+            self.skipped += usize::from(st.all_masked);
+        }
+    }
+
+    /// "; icepop masked 0.12%, …" (empty with every correction off).
+    fn text(&self) -> String {
+        let parts: Vec<String> = ["icepop", "mis", "opsm"]
+            .iter()
+            .zip(self.counts)
+            .filter(|(_, (_, n))| *n > 0)
+            .map(|(name, (m, n))| format!("{name} masked {:.3}%", 100.0 * m as f64 / n as f64))
+            .chain((self.skipped > 0).then(|| format!("{} updates all masked", self.skipped)))
+            .chain((self.replay.1 > 0).then(|| {
+                format!(
+                    "replay replaced {:.4}% of replayed slots",
+                    100.0 * self.replay.0 as f64 / self.replay.1 as f64
+                )
+            }))
+            .collect();
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", parts.join(", "))
+        }
+    }
+}
+
 pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
-    let algorithm = Algorithm::default_of(a.algorithm);
     let what = label(a);
-    let routing = a.routing;
     let model_cfg = ModelConfig {
         router: a.router,
         ..ModelConfig::preset(a.preset, Tokenizer.vocab_size())?
@@ -89,19 +216,7 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
             &a.cache_dir,
             &crate::util::progress::Progress::auto(),
         )?;
-        let mut cfg = RlConfig {
-            algorithm: algorithm.clone(),
-            routing,
-            minibatches: a.minibatches,
-            router_shift: a.router_shift.then(RouterShiftConfig::default),
-            old_logp: a.old_logp,
-            rollout_staleness: a.rollout_staleness,
-            total_steps: a.steps,
-            measure_kl_ref: false,
-            ..RlConfig::default()
-        };
-        cfg.optimizer.lr = a.lr;
-        let mut t = Trainer::new(cfg, cs.model, task, seed)?;
+        let mut t = Trainer::new(rl_config(a), cs.model, task, seed)?;
         t.probe = false;
         let bar = ProgressBar::new(a.steps as u64);
         bar.set_style(
@@ -113,8 +228,10 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
         bar.set_prefix(seed.to_string());
         let mut rewards = Vec::new();
         let mut secs = Vec::new();
+        let mut masked = Masked::default();
         for _ in 0..a.steps {
             let o = t.step();
+            masked.add(&o);
             let r = o.rewards.iter().sum::<f32>() / o.rewards.len() as f32;
             rewards.push(f64::from(r));
             secs.push(o.t_rollout + o.t_update + o.t_probe);
@@ -126,14 +243,15 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
         let late = rewards[rewards.len() - 25..].iter().sum::<f64>() / 25.0;
         secs.sort_by(f64::total_cmp);
         println!(
-            "{what} seed {seed}: cold start {:.3} sampled; reward first 10 steps {early:.3}, last 25 steps {late:.3} ({}); median step {:.3}s",
+            "{what} seed {seed}: cold start {:.3} sampled; reward first 10 steps {early:.3}, last 25 steps {late:.3} ({}); median step {:.3}s{}",
             cs.accuracy.sampled,
             if late > early {
                 "improved"
             } else {
                 "did not improve"
             },
-            secs[secs.len() / 2]
+            secs[secs.len() / 2],
+            masked.text()
         );
         early_all.push(early);
         late_all.push(late);

@@ -252,7 +252,9 @@ fn signals(out: &StepOutput, m: &StepMeasures) -> StepSignals {
     };
     for u in &out.updates {
         s.ratio_tok_max = s.ratio_tok_max.max(ratio_tok_max(&u.stats.ratio_tok));
-        s.skipped.push(!u.applied);
+        let masked = u.skip_reason.as_deref() == Some(crate::rl::step::ALL_MASKED);
+        s.skipped.push(!u.applied && !masked);
+        s.all_masked.push(masked);
         if u.applied {
             s.grad_norms.push(f64::from(u.grad_norm));
         }

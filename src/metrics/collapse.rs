@@ -12,6 +12,8 @@
 //! - `grad_spike`: grad norm > `grad_spike` × the running median of earlier grad norms (after 5).
 //! - `expert_collapse`: in some layer an expert receives < `expert_min_load` of the uniform load
 //!   for `expert_patience` consecutive steps; reported once per cell.
+//! - `all_masked`: an update whose every token the masking corrections (IcePop, MIS, OPSM)
+//!   masked, so it was skipped; a warning, one event per such update.
 
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +27,8 @@ crate::named_enum! {
         RatioExplosion = "ratio_explosion",
         GradSpike = "grad_spike",
         ExpertCollapse = "expert_collapse",
+        /// An update whose every token the masking corrections masked (it was skipped).
+        AllMasked = "all_masked",
     }
 }
 
@@ -37,7 +41,7 @@ impl EventKind {
             | EventKind::RewardCollapse
             | EventKind::EntropyCollapse
             | EventKind::ExpertCollapse => true,
-            EventKind::RatioExplosion | EventKind::GradSpike => false,
+            EventKind::RatioExplosion | EventKind::GradSpike | EventKind::AllMasked => false,
         }
     }
 }
@@ -97,6 +101,8 @@ pub struct StepSignals {
     pub grad_norms: Vec<f64>,
     /// Updates skipped for a non-finite loss or gradient, in order (true = skipped).
     pub skipped: Vec<bool>,
+    /// Updates skipped because the masking corrections masked every token, in order.
+    pub all_masked: Vec<bool>,
     /// Per layer, per expert share of routed slots.
     pub loads: Vec<Vec<f64>>,
 }
@@ -141,6 +147,15 @@ impl CollapseDetector {
                 });
             };
         self.non_finite(s, &mut push);
+        for (i, _) in s.all_masked.iter().enumerate().filter(|(_, m)| **m) {
+            push(
+                EventKind::AllMasked,
+                0.0,
+                0.0,
+                format!("update {i} skipped: every token masked by the corrections"),
+                s.step,
+            );
+        }
         self.reward(s, &mut push);
         self.entropy(s, &mut push);
         self.ratio(s, &mut push);

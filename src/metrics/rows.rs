@@ -165,6 +165,22 @@ pub fn update_row(id: &CellId, step: usize, u: &UpdateRecord, shape: Shape) -> R
         ("n_tokens", Val::I(w.len() as i64)),
     ]);
     row.extend(router_shift_cols(id, st));
+    let share = |m: &Option<Vec<bool>>| {
+        m.as_ref().map_or(Val::F(None), |v| {
+            f(v.iter().filter(|&&x| x).count() as f64 / v.len().max(1) as f64)
+        })
+    };
+    row.extend([
+        ("icepop_masked_frac", share(&st.icepop_masked)),
+        ("mis_masked_frac", share(&st.mis_masked)),
+        ("opsm_masked_frac", share(&st.opsm_masked)),
+        (
+            "replay_replaced_frac",
+            st.replay_filter
+                .filter(|&(n, _)| n > 0)
+                .map_or(Val::F(None), |(n, r)| f(r as f64 / n as f64)),
+        ),
+    ]);
     row.extend(drift_cols(u, shape));
     row
 }

@@ -225,7 +225,7 @@ pub static UPDATES: FrameSchema = FrameSchema {
         f("loss_total", "weighted total loss"),
         i(
             "applied",
-            "1 when the optimizer step was taken, 0 when skipped (non-finite)",
+            "1 when the optimizer step was taken, 0 when skipped (non-finite, or every token masked by the corrections)",
         ),
         f("lr", "learning rate of the step"),
         f("resp_len_mean", "mean response length of the minibatch"),
@@ -237,6 +237,22 @@ pub static UPDATES: FrameSchema = FrameSchema {
         f(
             "router_shift_floored",
             "share of tokens whose γ̃ sits at the floor (null when off)",
+        ),
+        f(
+            "icepop_masked_frac",
+            "share of the minibatch's tokens IcePop masked (engine ratio outside its band; null when off)",
+        ),
+        f(
+            "mis_masked_frac",
+            "share of the minibatch's tokens masked importance sampling masked (every token of a response masked at sequence level; null when off)",
+        ),
+        f(
+            "opsm_masked_frac",
+            "share of the minibatch's responses off-policy sequence masking masked (negative advantage, mean log(π_engine/π_θ) above its threshold; null when off)",
+        ),
+        f(
+            "replay_replaced_frac",
+            "share of the update forward's replayed expert slots that replay_threshold replaced with a live choice (null when off)",
         ),
         DRIFT_EXPERT_FRAC,
         DRIFT_TOKEN_FRAC,
@@ -346,7 +362,7 @@ pub static EVENTS: FrameSchema = FrameSchema {
     metrics: &[
         s(
             "kind",
-            "non_finite | reward_collapse | entropy_collapse | ratio_explosion | grad_spike | expert_collapse",
+            "non_finite | reward_collapse | entropy_collapse | ratio_explosion | grad_spike | expert_collapse | all_masked",
         ),
         f(
             "value",

@@ -62,8 +62,7 @@ impl<'a> ForwardOptions<'a> {
                 .iter()
                 .map(|r| LayerRouting {
                     forced: Some(r),
-                    logit_offset: None,
-                    choice_offset: None,
+                    ..LayerRouting::default()
                 })
                 .collect(),
             ..ForwardOptions::default()

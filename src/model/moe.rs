@@ -28,6 +28,10 @@ pub struct RoutingTrace {
     pub used: Vec<u16>,
     /// Full router distribution `[tokens, n_experts]`, when asked for.
     pub probs: Option<Vec<f32>>,
+    /// Replayed slots (`k` per token with a forced row), and how many of them the replay
+    /// filter replaced with a live choice (0 without a filter).
+    pub replay_slots: usize,
+    pub replay_replaced: usize,
 }
 
 /// Per-layer routing controls for one forward.
@@ -41,6 +45,11 @@ pub struct LayerRouting<'a> {
     /// Added to the router logits for the top-k *choice* only, `[tokens, n_experts]` on the
     /// host: the gates stay those of the live router (rollout `route_flip` mismatch).
     pub choice_offset: Option<Vec<f32>>,
+    /// Replay's filter ratio (prime-rl PR #2703, `router_replay_score_threshold_ratio`): a
+    /// forced expert whose live router score is below this × the weakest score of the live
+    /// top-k is replaced, in order, by the live top-k's experts the row does not hold yet.
+    /// `None` (or 0) replays every forced expert.
+    pub replay_filter: Option<f32>,
 }
 
 pub struct MoeOutput {
@@ -180,7 +189,13 @@ pub fn moe_forward(
     let probs_host = to_vec(probs.clone().inner());
     let native = native_choice(w, cfg, &logits, &gate_src, &probs_host, &routing);
 
-    let used = used_ids(&native, routing.forced, t, k, e_n);
+    let filter = routing.replay_filter.filter(|&r| r > 0.0);
+    let (used, replay_slots, replay_replaced) = used_ids(
+        &native,
+        routing.forced,
+        (t, k, e_n),
+        filter.map(|r| (r, probs_host.as_slice())),
+    );
     let mut out = dispatch(w, cfg, x.clone(), &gate_src, &used, active);
     if let Some(shared) = &w.shared {
         let mask = active_mask(active, &device);
@@ -196,6 +211,8 @@ pub fn moe_forward(
             native,
             used,
             probs: want_probs.then_some(probs_host),
+            replay_slots,
+            replay_replaced,
         },
         aux_loss,
         load,
@@ -265,10 +282,18 @@ fn native_choice(
     native_topk(&scores, e_n, k)
 }
 
-/// The expert ids that run: the native ones, with `forced` rows (replay) put in their place.
-fn used_ids(native: &[u16], forced: Option<&[u16]>, t: usize, k: usize, e_n: usize) -> Vec<u16> {
+/// The expert ids that run: the native ones, with `forced` rows (replay) put in their place;
+/// with a `filter` `(ratio, scores [T, E])`, a forced expert scoring below `ratio` × the weakest
+/// native score of its token is replaced by the first native experts the row lacks (prime-rl's
+/// `_filter_replayed_experts`). Also returns the forced slots and how many were replaced.
+fn used_ids(
+    native: &[u16],
+    forced: Option<&[u16]>,
+    (t, k, e_n): (usize, usize, usize),
+    filter: Option<(f32, &[f32])>,
+) -> (Vec<u16>, usize, usize) {
     let Some(f) = forced else {
-        return native.to_vec();
+        return (native.to_vec(), 0, 0);
     };
     assert_eq!(
         f.len(),
@@ -278,11 +303,13 @@ fn used_ids(native: &[u16], forced: Option<&[u16]>, t: usize, k: usize, e_n: usi
         t * k
     );
     let mut used = native.to_vec();
+    let (mut slots, mut replaced) = (0, 0);
     for tok in 0..t {
         let row = &f[tok * k..(tok + 1) * k];
         if row.iter().all(|&e| e == NO_ROUTE) {
             continue;
         }
+        slots += k;
         for (j, &e) in row.iter().enumerate() {
             assert!(
                 (e as usize) < e_n,
@@ -290,8 +317,31 @@ fn used_ids(native: &[u16], forced: Option<&[u16]>, t: usize, k: usize, e_n: usi
             );
             used[tok * k + j] = e;
         }
+        let Some((ratio, scores)) = filter else {
+            continue;
+        };
+        let live = &native[tok * k..(tok + 1) * k];
+        let score = |e: u16| scores[tok * e_n + e as usize];
+        let floor = ratio * live.iter().map(|&e| score(e)).fold(f32::INFINITY, f32::min);
+        let out = &mut used[tok * k..(tok + 1) * k];
+        let mut empty: Vec<usize> = Vec::new();
+        for (j, e) in out.iter_mut().enumerate() {
+            if score(*e) < floor {
+                *e = NO_ROUTE;
+                empty.push(j);
+            }
+        }
+        replaced += empty.len();
+        let mut fill = empty.into_iter();
+        for &c in live {
+            if out.contains(&c) {
+                continue;
+            }
+            let Some(j) = fill.next() else { break };
+            out[j] = c;
+        }
     }
-    used
+    (used, slots, replaced)
 }
 
 /// Sparse dispatch: per-expert token lists over the active tokens, each expert's SwiGLU on its
@@ -419,4 +469,36 @@ fn load_terms(
 pub fn active_mask(active: &[bool], device: &burn::tensor::Device) -> Tensor<2> {
     let v: Vec<f32> = active.iter().map(|&a| if a { 1.0 } else { 0.0 }).collect();
     floats(v, [active.len(), 1], device)
+}
+
+#[cfg(test)]
+mod replay_filter_tests {
+    use super::*;
+
+    /// prime-rl's filter by hand: 4 experts, top-2. Token 0: live top-2 (2, 0) with scores 0.4
+    /// and 0.3, replayed (1, 0); expert 1 scores 0.1 < 0.5 × 0.3, so it is replaced by the
+    /// first live expert the row lacks, 2. Token 1: replayed (3, 1) both above the floor, kept.
+    /// Token 2 has no recorded route (native). Ratio 0 (no filter) replays verbatim.
+    #[test]
+    fn a_replayed_expert_below_the_floor_is_replaced_by_the_live_choice() {
+        let native = [2u16, 0, 1, 3, 0, 1];
+        let forced = [1u16, 0, 3, 1, NO_ROUTE, NO_ROUTE];
+        let scores = [
+            0.3f32, 0.1, 0.4, 0.2, // token 0
+            0.1, 0.3, 0.1, 0.5, // token 1: live (1, 3) → floor 0.5 × 0.3
+            0.4, 0.3, 0.2, 0.1, // token 2
+        ];
+        let (used, slots, replaced) =
+            used_ids(&native, Some(&forced), (3, 2, 4), Some((0.5, &scores)));
+        assert_eq!(used, vec![2, 0, 3, 1, 0, 1]);
+        assert_eq!((slots, replaced), (4, 1));
+        let (plain, slots, replaced) = used_ids(&native, Some(&forced), (3, 2, 4), None);
+        assert_eq!(plain, vec![1, 0, 3, 1, 0, 1]);
+        assert_eq!((slots, replaced), (4, 0));
+        // Ratio 1: only replayed experts at least as strong as the weakest live one stay.
+        let (strict, _, replaced) =
+            used_ids(&native, Some(&forced), (3, 2, 4), Some((1.0, &scores)));
+        assert_eq!(strict, vec![2, 0, 3, 1, 0, 1]);
+        assert_eq!(replaced, 1);
+    }
 }

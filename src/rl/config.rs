@@ -86,6 +86,123 @@ impl Default for TisConfig {
     }
 }
 
+/// Threshold-filtered Routing Replay (prime-rl PR #2703, branch `router_replay_extend` at
+/// `b043947e`, `TokenChoiceTopKRouter._filter_replayed_experts`; not merged there): in every
+/// replayed forward (the updates', and π_old's under r3) a replayed expert whose live router
+/// score is below `ratio` × the weakest score of the live top-k is replaced, slot by slot, by
+/// the live top-k's experts the row does not hold yet. `ratio = 0` is plain replay. Updates
+/// record `replay_replaced_frac`, the share of replayed slots replaced.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReplayThresholdConfig {
+    pub ratio: f64,
+}
+
+impl Default for ReplayThresholdConfig {
+    fn default() -> Self {
+        ReplayThresholdConfig { ratio: 0.5 }
+    }
+}
+
+// The masking corrections' settings; what they do is in [`super::correct`].
+
+/// IcePop's band on the engine ratio π_old / π_engine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IcePopConfig {
+    pub low: f64,
+    pub high: f64,
+}
+
+impl Default for IcePopConfig {
+    fn default() -> Self {
+        IcePopConfig {
+            low: 0.5,
+            high: 5.0,
+        }
+    }
+}
+
+/// What MIS's engine ratio is taken over.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MisLevel {
+    Token,
+    #[default]
+    Sequence,
+    Geometric,
+}
+
+/// Masked importance sampling: the engine ratio at `level`, kept as the weight inside
+/// [`low`, `high`] and 0 outside.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MisConfig {
+    pub level: MisLevel,
+    pub low: f64,
+    pub high: f64,
+}
+
+impl Default for MisConfig {
+    fn default() -> Self {
+        MisConfig {
+            level: MisLevel::Sequence,
+            low: 0.0,
+            high: 3.0,
+        }
+    }
+}
+
+/// Off-policy sequence masking: negative-advantage responses whose mean log(π_engine / π_θ)
+/// exceeds `threshold` are masked.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OpsmConfig {
+    pub threshold: f64,
+}
+
+impl Default for OpsmConfig {
+    fn default() -> Self {
+        OpsmConfig { threshold: 0.5 }
+    }
+}
+
+fn check_band(what: &str, low: f64, high: f64) -> Result<()> {
+    ensure!(
+        low.is_finite() && high.is_finite() && low >= 0.0 && low < high,
+        "{what}: need 0 <= low < high (got low {low}, high {high})"
+    );
+    ensure!(
+        low <= 1.0 && 1.0 <= high,
+        "{what}: the band [low, high] = [{low}, {high}] must contain 1, or a run without any \
+         mismatch would mask tokens"
+    );
+    Ok(())
+}
+
+impl IcePopConfig {
+    pub fn validate(&self) -> Result<()> {
+        check_band("icepop", self.low, self.high)
+    }
+}
+
+impl MisConfig {
+    pub fn validate(&self) -> Result<()> {
+        check_band("mis", self.low, self.high)
+    }
+}
+
+impl OpsmConfig {
+    pub fn validate(&self) -> Result<()> {
+        ensure!(
+            self.threshold.is_finite() && self.threshold >= 0.0,
+            "opsm.threshold must be finite and >= 0 (got {})",
+            self.threshold
+        );
+        Ok(())
+    }
+}
+
 /// RSPO's router-shift weighting of the token ratios ([`super::router_shift`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -180,6 +297,18 @@ pub struct RlConfig {
     pub mismatch: Mismatch,
     pub advantage: AdvantageMode,
     pub tis: Option<TisConfig>,
+    /// IcePop's token mask on the engine ratio (see [`super::correct`]); off when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub icepop: Option<IcePopConfig>,
+    /// Masked importance sampling against the engine (see [`super::correct`]); off when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mis: Option<MisConfig>,
+    /// DeepSeek-V3.2's off-policy sequence masking (see [`super::correct`]); off when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub opsm: Option<OpsmConfig>,
+    /// Threshold-filtered Routing Replay (r2 and r3 only): see [`ReplayThresholdConfig`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay_threshold: Option<ReplayThresholdConfig>,
     /// RSPO's router-shift weighting of the token ratios (see [`super::router_shift`]); off
     /// when unset. Applies to every objective with an importance ratio (not gvpo).
     pub router_shift: Option<RouterShiftConfig>,
@@ -214,6 +343,10 @@ impl Default for RlConfig {
             mismatch: Mismatch::None,
             advantage: AdvantageMode::MeanStd,
             tis: None,
+            icepop: None,
+            mis: None,
+            opsm: None,
+            replay_threshold: None,
             router_shift: None,
             optimizer: AdamWConfig::default(),
             lr_schedule: LrSchedule::Constant,
@@ -241,6 +374,33 @@ impl RlConfig {
             self.batch_prompts = self.minibatches * m;
         }
         self
+    }
+
+    /// The masking corrections' and the replay filter's checks.
+    fn validate_corrections(&self) -> Result<()> {
+        if let Some(c) = &self.icepop {
+            c.validate()?;
+        }
+        if let Some(c) = &self.mis {
+            c.validate()?;
+        }
+        if let Some(c) = &self.opsm {
+            c.validate()?;
+        }
+        if let Some(t) = &self.replay_threshold {
+            ensure!(
+                (0.0..=1.0).contains(&t.ratio),
+                "replay_threshold.ratio must be in [0, 1] (got {})",
+                t.ratio
+            );
+            ensure!(
+                self.routing != RoutingMode::Native,
+                "replay_threshold filters replayed routes: give it to an r2 or r3 arm \
+                 (`rl = {{ replay_threshold = {{ ratio = {} }} }}` in its [[arms]] entry)",
+                t.ratio
+            );
+        }
+        Ok(())
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -309,6 +469,7 @@ impl RlConfig {
                 "router_shift rescales importance ratios, and gvpo has none; use it with grpo, gspo, gspo_token, gmpo or cispo"
             );
         }
+        self.validate_corrections()?;
         if let Some(t) = &self.tis {
             ensure!(t.cap > 0.0, "tis.cap must be > 0");
         }

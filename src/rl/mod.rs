@@ -3,6 +3,7 @@
 pub mod advantage;
 pub mod algorithm;
 pub mod config;
+pub mod correct;
 pub mod drift;
 pub mod loss;
 pub mod micro;
@@ -14,7 +15,8 @@ pub mod step;
 
 pub use config::{
     AdvantageMode, Aggregation, Algorithm, AlgorithmKind, CispoConfig, DriftInjection, GmpoConfig,
-    GrpoConfig, GspoConfig, GvpoConfig, LrSchedule, Mismatch, OldLogp, RlConfig, RouterShiftConfig,
-    RoutingMode, TisConfig,
+    GrpoConfig, GspoConfig, GvpoConfig, IcePopConfig, LrSchedule, MisConfig, MisLevel, Mismatch,
+    OldLogp, OpsmConfig, ReplayThresholdConfig, RlConfig, RouterShiftConfig, RoutingMode,
+    TisConfig,
 };
 pub use step::{StepOutput, Trainer, UpdateRecord};

@@ -46,7 +46,8 @@ pub(super) fn old_policy(
     let passes: Vec<OldPass> = par_map(b.micros.len(), |i| {
         let mb = &b.micros[i];
         let forced = (cfg.routing == RoutingMode::R3).then(|| b.rollout_routes[i].as_slice());
-        let out = inner.forward(&mb.batch, &routing(n_layers, forced, None));
+        let filter = cfg.replay_threshold.as_ref().map(|t| t.ratio as f32);
+        let out = inner.forward(&mb.batch, &routing(n_layers, forced, None, filter));
         let device = out.logits.device();
         let rows = || ints(&mb.logit_rows, [mb.logit_rows.len()], &device);
         let picked = out.logits.select(0, rows());
@@ -81,12 +82,14 @@ pub(super) fn old_policy(
 }
 
 /// Forward options with router distributions for a model of `n_layers` MoE layers: `forced`
-/// ids per layer (replay) and router-logit `offsets` per layer (drift walk), each optional.
-/// The trainer's forwards (π_old, updates, probes) all route through these.
+/// ids per layer (replay), router-logit `offsets` per layer (drift walk) and replay's filter
+/// ratio, each optional. The trainer's forwards (π_old, updates, probes) all route through
+/// these.
 pub(super) fn routing<'a>(
     n_layers: usize,
     forced: Option<&'a [Vec<u16>]>,
     offsets: Option<Vec<Tensor<2>>>,
+    replay_filter: Option<f32>,
 ) -> ForwardOptions<'a> {
     let mut offsets = offsets.map(|v| v.into_iter());
     let routing = (0..n_layers)
@@ -94,6 +97,7 @@ pub(super) fn routing<'a>(
             forced: forced.map(|f| f[l].as_slice()),
             logit_offset: offsets.as_mut().and_then(|o| o.next()),
             choice_offset: None,
+            replay_filter: forced.and(replay_filter),
         })
         .collect();
     ForwardOptions {

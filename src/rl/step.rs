@@ -4,8 +4,9 @@
 
 use super::advantage::advantages;
 use super::config::{DriftInjection, OldLogp, RlConfig, RoutingMode};
+use super::correct::Corrections;
 use super::drift::{DriftWalk, calibrate_sigma};
-use super::loss::{PolicyBatch, policy_loss};
+use super::loss::{LossStats, PolicyBatch, policy_loss};
 use super::micro::{Accumulated, Batch, MicroForward, accumulate, concat_layers, micro_share};
 use super::old::{LayerRoutes, OldPolicy, native_and_probs, old_policy, routing};
 pub use super::record::{StepOutput, UpdateRecord};
@@ -23,6 +24,27 @@ use rand::rngs::Xoshiro256PlusPlus;
 use std::time::Instant;
 
 /// An RL cell's trainer: the policy, its optimizer, the frozen reference and the RNG streams.
+/// The objective's loss on `pb` with the masking corrections' weights (set on `pb`) and what
+/// they masked in its statistics.
+fn corrected_loss(cfg: &RlConfig, pb: &mut PolicyBatch) -> (burn::tensor::Tensor<1>, LossStats) {
+    let corrections = Corrections::of(cfg);
+    // OPSM reads π_θ at the current parameters: one more host copy, only when it is on.
+    let logp_now = corrections.opsm.map(|_| pb.logp_host());
+    let corrected = corrections.weights(pb, logp_now.as_deref());
+    pb.corr = corrected.as_ref().map(|c| c.weight.clone());
+    let (ploss, mut stats) = policy_loss(&cfg.algorithm, pb, cfg.tis.as_ref());
+    if let Some(c) = corrected {
+        stats.icepop_masked = c.icepop;
+        stats.mis_masked = c.mis;
+        stats.opsm_masked = c.opsm;
+        stats.all_masked = c.weight.iter().all(|&w| w == 0.0);
+    }
+    (ploss, stats)
+}
+
+/// The skip reason of a minibatch whose every token the masking corrections masked.
+pub const ALL_MASKED: &str = "every token masked by the corrections";
+
 pub struct Trainer {
     pub cfg: RlConfig,
     pub model: Model,
@@ -218,7 +240,12 @@ impl Trainer {
         let train = self.model.require_grad();
         let out = train.forward(
             &mc.batch,
-            &routing(self.model.cfg.n_layers, forced, offsets),
+            &routing(
+                self.model.cfg.n_layers,
+                forced,
+                offsets,
+                cfg.replay_threshold.as_ref().map(|t| t.ratio as f32),
+            ),
         );
         let rows_idx = ints(&mc.logit_rows, [mc.logit_rows.len()], &device);
         let logp = token_logp(out.logits.select(0, rows_idx), &mc.targets, cfg.temperature);
@@ -227,6 +254,11 @@ impl Trainer {
             OldLogp::Rollout => b.logp_mu[mc.tokens.clone()].to_vec(),
         };
         let routes_used = out.traces.iter().map(|t| t.used.clone()).collect();
+        let replay_filter = cfg.replay_threshold.as_ref().map(|_| {
+            out.traces.iter().fold((0, 0), |(n, r), t| {
+                (n + t.replay_slots, r + t.replay_replaced)
+            })
+        });
         let (routes_before, probs_before) = native_and_probs(out.traces);
         let shift = cfg.router_shift.as_ref().map(|rs| {
             let (e_n, k) = (self.model.cfg.n_experts, self.model.cfg.top_k);
@@ -244,23 +276,25 @@ impl Trainer {
         if let Some(g) = &shift {
             logp_old = shifted_old_logp(&logp_old, g);
         }
-        let pb = PolicyBatch {
+        let mut pb = PolicyBatch {
             logp,
             logp_old,
             logp_tis,
             logp_mu: b.logp_mu[mc.tokens.clone()].to_vec(),
             logp_ref: old.passes[i].logp_ref.clone(),
+            corr: None,
             adv: adv[mc.rows.clone()].to_vec(),
             rewards: b.ro.rewards[mc.rows.clone()].to_vec(),
             seg: mc.seg.clone(),
             lens: mc.lens.clone(),
             group_size: cfg.group_size,
         };
-        let (ploss, mut stats) = policy_loss(&cfg.algorithm, &pb, cfg.tis.as_ref());
+        let (ploss, mut stats) = corrected_loss(cfg, &mut pb);
         if let Some(g) = &shift {
             stats.unshift_ratios(g, &pb.seg, &pb.lens);
         }
         stats.router_shift = shift;
+        stats.replay_filter = replay_filter;
         let share = micro_share(&cfg.algorithm, &pb, mb.rows.len(), mb.tokens.len());
         let real = |v: &[bool]| v.iter().filter(|&&x| x).count();
         let active_share = real(&mc.batch.valid) as f32 / real(&mb.batch.valid).max(1) as f32;
@@ -302,6 +336,9 @@ impl Trainer {
         let before = (self.probe && self.model.cfg.has_router_bias()).then(|| self.model.clone());
         let t_opt = Instant::now();
         let (grad_norm, applied, skip_reason) = match acc.grads {
+            // No token carries weight: stepping on the auxiliary losses and AdamW's momentum
+            // alone would move the policy with no policy gradient.
+            Some(_) if acc.stats.all_masked => (f32::NAN, false, Some(ALL_MASKED.to_string())),
             Some(g) => {
                 let (w, report) = self.opt.step(self.model.weights.take(), g, lr);
                 self.model.weights = w;
@@ -385,7 +422,10 @@ impl Trainer {
         let probed: Vec<LayerRoutes> = par_map(b.n_micro, |j| {
             let mc = &b.micros[m * b.n_micro + j];
             let offsets = walk.map(|w| w.offsets(b.token_range(mc), &device));
-            let o = model.forward(&mc.batch, &routing(self.model.cfg.n_layers, None, offsets));
+            let o = model.forward(
+                &mc.batch,
+                &routing(self.model.cfg.n_layers, None, offsets, None),
+            );
             native_and_probs(o.traces)
         });
         let n_layers = model.cfg.n_layers;

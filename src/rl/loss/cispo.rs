@@ -26,7 +26,7 @@ pub fn loss(
     let logp = batch.logp_host();
     let (ratio_tok, ratio_seq) = batch.ratios(&logp);
     let (lo, hi) = ((1.0 - c.eps_low) as f32, (1.0 + c.eps_high) as f32);
-    let tis_weight = tis.map(|t| batch.tis_tok(t.cap));
+    let tis_weight = batch.tok_weight(tis);
     let n = batch.n_tok() as f32;
     let coef: Vec<f32> = ratio_tok
         .iter()
@@ -54,6 +54,7 @@ pub fn loss(
         kl_ref: None,
         tis_weight,
         router_shift: None,
+        ..LossStats::default()
     };
     (loss, stats)
 }

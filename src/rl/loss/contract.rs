@@ -22,6 +22,9 @@ pub struct PolicyBatch {
     pub logp_mu: Vec<f32>,
     /// Frozen reference model, `[n_tok]`, when a KL term needs it.
     pub logp_ref: Option<Vec<f32>>,
+    /// The masking corrections' detached weight of each token (IcePop, MIS, OPSM; see
+    /// [`crate::rl::correct`]), `[n_tok]`; `None` when they are off.
+    pub corr: Option<Vec<f32>>,
     /// Advantage of each response, `[R]`.
     pub adv: Vec<f32>,
     /// Raw reward of each response, `[R]`.
@@ -52,8 +55,19 @@ pub struct LossStats {
     pub clip_seq: Vec<bool>,
     /// Mean k3 KL to the reference, when computed.
     pub kl_ref: Option<f32>,
-    /// TIS weights applied, `[n_tok]` (token-level) or `[R]` (sequence-level objectives).
+    /// TIS and correction weights applied, `[n_tok]` (token-level) or `[R]` (sequence-level
+    /// objectives).
     pub tis_weight: Option<Vec<f32>>,
+    /// What the masking corrections masked (see [`crate::rl::correct::Corrected`]): tokens for
+    /// IcePop and MIS, `[n_tok]`, responses for OPSM, `[R]`.
+    pub icepop_masked: Option<Vec<bool>>,
+    pub mis_masked: Option<Vec<bool>>,
+    pub opsm_masked: Option<Vec<bool>>,
+    /// Every token's correction weight is 0 (the update is skipped).
+    pub all_masked: bool,
+    /// With `replay_threshold`: (replayed slots, slots the filter replaced) over the MoE
+    /// layers of the update forward.
+    pub replay_filter: Option<(usize, usize)>,
     /// Router-shift weights γ̃ applied to the token ratios, `[n_tok]`, when `router_shift` is on
     /// (the ratios above are then the raw ones, the clipping statistics those of the rescaled
     /// ratios the objective clipped; see [`LossStats::unshift_ratios`]).
@@ -145,6 +159,48 @@ impl PolicyBatch {
             .zip(&self.lens)
             .map(|(s, &l)| ((s / l as f64).exp().min(cap)) as f32)
             .collect()
+    }
+}
+
+impl PolicyBatch {
+    /// The detached per-token weights of a token-level objective: TIS's token weights times the
+    /// corrections' (`None` when neither is on).
+    pub fn tok_weight(&self, tis: Option<&crate::rl::config::TisConfig>) -> Option<Vec<f32>> {
+        let t = tis.map(|t| self.tis_tok(t.cap));
+        combine(t, self.corr.clone())
+    }
+
+    /// Per-response weights `seq` (e.g. sequence-level TIS) given to each of the response's
+    /// tokens, times the corrections' per-token weights (`None` when neither is on).
+    pub fn tok_weight_of_seq(&self, seq: Option<&[f32]>) -> Option<Vec<f32>> {
+        let t = seq.map(|w| self.seg.iter().map(|&i| w[i]).collect());
+        combine(t, self.corr.clone())
+    }
+
+    /// The detached per-response weights of a sequence-level objective: TIS's sequence weights
+    /// times the token mean of the corrections' weights over the response (what broadcasting
+    /// the response's loss to its tokens and averaging them gives).
+    pub fn seq_weight(&self, tis: Option<&crate::rl::config::TisConfig>) -> Option<Vec<f32>> {
+        let t = tis.map(|t| self.tis_seq(t.cap));
+        let c = self.corr.as_ref().map(|c| {
+            let mut s = vec![0f32; self.n_resp()];
+            for (t, &w) in c.iter().enumerate() {
+                s[self.seg[t]] += w;
+            }
+            s.iter()
+                .zip(&self.lens)
+                .map(|(v, &l)| v / l as f32)
+                .collect()
+        });
+        combine(t, c)
+    }
+}
+
+/// The element-wise product of two optional weight vectors of one length.
+fn combine(a: Option<Vec<f32>>, b: Option<Vec<f32>>) -> Option<Vec<f32>> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.iter().zip(&b).map(|(x, y)| x * y).collect()),
+        (a, b) => a.or(b),
     }
 }
 

@@ -29,7 +29,7 @@ pub fn loss(
     let lens = batch.constant(batch.lens.iter().map(|&l| l as f32).collect());
     let rho = (batch.seq_sum(c_tok) / lens).exp();
     let mut per_seq = -(rho * batch.constant(batch.adv.clone()));
-    let tis_weight = tis.map(|t| batch.tis_seq(t.cap));
+    let tis_weight = batch.seq_weight(tis);
     if let Some(tw) = &tis_weight {
         per_seq = per_seq * batch.constant(tw.clone());
     }

@@ -37,7 +37,7 @@ pub fn loss(
 ) -> (Tensor<1>, LossStats) {
     let logp_old = batch.constant(batch.logp_old.clone());
     let w = (batch.logp.clone() - logp_old).exp();
-    let tis_weight = tis.map(|t| batch.tis_tok(t.cap));
+    let tis_weight = batch.tok_weight(tis);
     let mut loss = clipped_surrogate(
         w,
         batch,

@@ -48,6 +48,7 @@ fn stats(
         kl_ref: None,
         tis_weight,
         router_shift: None,
+        ..LossStats::default()
     }
 }
 
@@ -61,7 +62,7 @@ pub fn loss(
     let unclipped = s.clone() * adv.clone();
     let clip = s.clamp(1.0 - c.eps_low, 1.0 + c.eps_high) * adv;
     let mut per_seq = -unclipped.min_pair(clip);
-    let tis_weight = tis.map(|t| batch.tis_seq(t.cap));
+    let tis_weight = batch.seq_weight(tis);
     if let Some(tw) = &tis_weight {
         per_seq = per_seq * batch.constant(tw.clone());
     }
@@ -82,9 +83,7 @@ pub fn token_loss(
     );
     let w = (log_s_tok + batch.logp.clone() - batch.logp.clone().detach()).exp();
     let tis_weight = tis.map(|t| batch.tis_seq(t.cap));
-    let tis_tok: Option<Vec<f32>> = tis_weight
-        .as_ref()
-        .map(|tw| batch.seg.iter().map(|&i| tw[i]).collect());
+    let tis_tok = batch.tok_weight_of_seq(tis_weight.as_deref());
     let loss = grpo::clipped_surrogate(
         w,
         batch,

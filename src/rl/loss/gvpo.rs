@@ -33,7 +33,7 @@ pub fn loss(
         .collect();
     let rc = crate::util::tensors::floats(rc, [n_groups, g], &batch.device());
     let mut sq = (delta_c * c.beta as f32 - rc).powi_scalar(2);
-    let tis_weight = tis.map(|t| batch.tis_seq(t.cap));
+    let tis_weight = batch.seq_weight(tis);
     if let Some(tw) = &tis_weight {
         sq = sq * crate::util::tensors::floats(tw.clone(), [n_groups, g], &batch.device());
     }
@@ -51,6 +51,7 @@ pub fn loss(
         kl_ref: None,
         tis_weight,
         router_shift: None,
+        ..LossStats::default()
     };
     (loss, stats)
 }
