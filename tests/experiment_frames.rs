@@ -197,6 +197,29 @@ fn three_steps_two_arms_two_seeds_write_readable_frames_and_a_report() {
         "8 off-policy responses per step"
     );
     assert!(vs.iter().flatten().any(|&v| v > 0.0), "log-ratios vary");
+    // Drift in three units: routers = flips per token / layers; replay staleness is null
+    // without replay, and 0 on a step's first minibatch under r2 (π_old's routes are the
+    // live ones there).
+    let (flips, routers) = (
+        f64_col(&updates, "drift_flips_per_token").unwrap(),
+        f64_col(&updates, "drift_router_frac").unwrap(),
+    );
+    let (stale, mb) = (
+        f64_col(&updates, "replay_stale_frac").unwrap(),
+        i64_col(&updates, "minibatch").unwrap(),
+    );
+    let routing = driftlab::metrics::frames::str_col(&updates, "routing").unwrap();
+    for i in 0..updates.height() {
+        if let (Some(a), Some(b)) = (flips[i], routers[i]) {
+            assert!((a / 2.0 - b).abs() < 1e-12, "two layers");
+        }
+        assert_eq!(stale[i].is_none(), routing[i] == "native", "row {i}");
+        if routing[i] == "r2" && mb[i] == 0 {
+            assert_eq!(stale[i], Some(0.0));
+        }
+    }
+    let mass = f64_col(&updates, "router_topk_mass").unwrap();
+    assert!(mass.iter().all(|m| m.is_some_and(|m| m > 0.0 && m <= 1.0 + 1e-6)));
     // Prefixes: ℓ = 1 holds every off-policy response, and one token's variance is its own
     // uncorrelated-token value.
     let (pl, pn) = (

@@ -151,6 +151,44 @@ pub fn dead_experts(load: &[f64], frac: f64) -> usize {
     load.iter().filter(|&&l| l < frac * uniform).count()
 }
 
+/// Width of a near tie between the k-th and the (k+1)-th expert: ln p_k − ln p_(k+1) below this
+/// (0.1 nats: the two probabilities within ~10%), where a small push to the logits flips the
+/// route.
+pub const NEAR_TIE_NATS: f64 = 0.1;
+
+/// Router confidence over the real tokens of one layer's `[tokens, n_experts]` distributions:
+/// `(mean top-k mass, mean ln p_k − ln p_(k+1), share of tokens whose gap is below
+/// [`NEAR_TIE_NATS`])`, p sorted in descending order. For a softmax router the gap is the gap
+/// of the k-th and (k+1)-th logits. `None` with no real token, or k = n_experts.
+pub fn router_confidence(
+    p: &[f32],
+    valid: &[bool],
+    n_experts: usize,
+    k: usize,
+) -> Option<(f64, f64, f64)> {
+    if k >= n_experts {
+        return None;
+    }
+    let (mut mass, mut gap, mut ties, mut n) = (0.0, 0.0, 0usize, 0usize);
+    let mut row_sorted = vec![0f32; n_experts];
+    for (t, row) in p.chunks_exact(n_experts).enumerate() {
+        if !valid[t] {
+            continue;
+        }
+        row_sorted.copy_from_slice(row);
+        row_sorted.sort_by(|a, b| b.total_cmp(a));
+        mass += row_sorted[..k].iter().map(|&x| f64::from(x)).sum::<f64>();
+        let g = f64::from(row_sorted[k - 1]).ln() - f64::from(row_sorted[k]).ln();
+        gap += g;
+        ties += usize::from(g < NEAR_TIE_NATS);
+        n += 1;
+    }
+    (n > 0).then(|| {
+        let n = n as f64;
+        (mass / n, gap / n, ties as f64 / n)
+    })
+}
+
 /// Mean entropy of the router distributions over real tokens.
 pub fn mean_entropy(p: &[f32], valid: &[bool], n_experts: usize) -> f64 {
     let mut sum = 0.0;
@@ -166,4 +204,25 @@ pub fn mean_entropy(p: &[f32], valid: &[bool], n_experts: usize) -> f64 {
         }
     }
     if n == 0 { 0.0 } else { sum / n as f64 }
+}
+
+#[cfg(test)]
+mod confidence_tests {
+    use super::*;
+
+    /// By hand: 4 experts, top-2; token 0 (0.4, 0.3, 0.2, 0.1): mass 0.7, gap ln 1.5; token 1
+    /// (0.5, 0.25, 0.24, 0.01): mass 0.75, gap ln(0.25/0.24) ≈ 0.041, a near tie; token 2 padding.
+    #[test]
+    fn router_confidence_by_hand() {
+        let p = [
+            0.4f32, 0.3, 0.2, 0.1, 0.25, 0.5, 0.01, 0.24, 0.9, 0.05, 0.03, 0.02,
+        ];
+        let (mass, gap, ties) = router_confidence(&p, &[true, true, false], 4, 2).unwrap();
+        assert!((mass - 0.725).abs() < 1e-6, "{mass}");
+        let want = (1.5f64.ln() + (0.25f64 / 0.24).ln()) / 2.0;
+        assert!((gap - want).abs() < 1e-5, "{gap} vs {want}");
+        assert_eq!(ties, 0.5);
+        assert!(router_confidence(&p, &[false; 3], 4, 2).is_none());
+        assert!(router_confidence(&p, &[true; 3], 4, 4).is_none());
+    }
 }

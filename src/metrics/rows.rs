@@ -3,7 +3,7 @@
 use super::collapse::Event;
 use super::drift::{
     DEAD_EXPERT_LOAD, dead_experts, expert_load, load_max_violation, mean_entropy, mean_js,
-    model_drift,
+    model_drift, router_confidence,
 };
 use super::ratio::{ess, k3, mean_var, within_seq_var};
 use crate::model::{FfnKind, NO_ROUTE, RouterKind};
@@ -181,7 +181,7 @@ pub fn update_row(id: &CellId, step: usize, u: &UpdateRecord, shape: Shape) -> R
                 .map_or(Val::F(None), |(n, r)| f(r as f64 / n as f64)),
         ),
     ]);
-    row.extend(drift_cols(u, shape));
+    row.extend(drift_cols(id, u, shape));
     row
 }
 
@@ -340,7 +340,22 @@ fn router_shift_cols(id: &CellId, st: &crate::rl::loss::LossStats) -> [(&'static
 }
 
 /// The drift-probe columns of an update (null where the probe did not run).
-fn drift_cols(u: &UpdateRecord, shape: Shape) -> Vec<(&'static str, Val)> {
+/// Router confidence ([`router_confidence`]) averaged over the MoE layers; null for a dense
+/// model.
+fn confidence_means(probs: &[Vec<f32>], valid: &[bool], shape: Shape) -> [Val; 3] {
+    let per: Vec<(f64, f64, f64)> = probs
+        .iter()
+        .filter_map(|p| router_confidence(p, valid, shape.n_experts, shape.k))
+        .collect();
+    if per.is_empty() {
+        return [Val::F(None), Val::F(None), Val::F(None)];
+    }
+    let n = per.len() as f64;
+    let mean = |g: fn(&(f64, f64, f64)) -> f64| f(per.iter().map(g).sum::<f64>() / n);
+    [mean(|x| x.0), mean(|x| x.1), mean(|x| x.2)]
+}
+
+fn drift_cols(id: &CellId, u: &UpdateRecord, shape: Shape) -> Vec<(&'static str, Val)> {
     let probed = !u.routes_after.is_empty() || !shape.moe;
     let (de, dt, df, _) = model_drift(&u.routes_before, &u.routes_after, &u.valid, shape.k);
     let (ds, _, _, _) = model_drift(&u.routes_old, &u.routes_after, &u.valid, shape.k);
@@ -355,12 +370,24 @@ fn drift_cols(u: &UpdateRecord, shape: Shape) -> Vec<(&'static str, Val)> {
             / u.probs_before.len() as f64
     };
     let or_null = |x: f64| if probed { f(x) } else { Val::F(None) };
+    let layers = u.routes_before.len().max(1) as f64;
+    let stale = if id.routing == RoutingMode::Native || !shape.moe {
+        Val::F(None)
+    } else {
+        f(model_drift(&u.routes_before, &u.routes_used, &u.valid, shape.k).0)
+    };
+    let [mass, gap, ties] = confidence_means(&u.probs_before, &u.valid, shape);
     vec![
         ("drift_expert_frac", or_null(de)),
         ("drift_token_frac", or_null(dt)),
         ("drift_flips_per_token", or_null(df)),
+        ("drift_router_frac", or_null(df / layers)),
+        ("replay_stale_frac", stale),
         ("drift_since_rollout_frac", or_null(ds)),
         ("router_js", or_null(js)),
+        ("router_topk_mass", mass),
+        ("router_topk_gap", gap),
+        ("router_near_tie_frac", ties),
         (
             "drift_bias_expert_frac",
             if u.routes_bias_only.is_empty() {
@@ -381,6 +408,11 @@ pub fn layer_rows(id: &CellId, step: usize, u: &UpdateRecord, shape: Shape) -> V
     }
     let (_, _, _, layers) = model_drift(&u.routes_before, &u.routes_after, &u.valid, shape.k);
     let (_, _, _, since) = model_drift(&u.routes_old, &u.routes_after, &u.valid, shape.k);
+    let conf: Vec<Option<(f64, f64, f64)>> = u
+        .probs_before
+        .iter()
+        .map(|p| router_confidence(p, &u.valid, shape.n_experts, shape.k))
+        .collect();
     layers
         .iter()
         .enumerate()
@@ -408,6 +440,12 @@ pub fn layer_rows(id: &CellId, step: usize, u: &UpdateRecord, shape: Shape) -> V
                 (
                     "router_entropy",
                     f(mean_entropy(&u.probs_before[l], &u.valid, shape.n_experts)),
+                ),
+                ("router_topk_mass", conf[l].map_or(Val::F(None), |c| f(c.0))),
+                ("router_topk_gap", conf[l].map_or(Val::F(None), |c| f(c.1))),
+                (
+                    "router_near_tie_frac",
+                    conf[l].map_or(Val::F(None), |c| f(c.2)),
                 ),
                 ("load_max_violation", f(load_max_violation(&load))),
                 (
@@ -442,6 +480,23 @@ pub fn mismatch_stats(out: &StepOutput) -> (f64, f64) {
     let kl = rho.iter().map(|p| p - 1.0 - p.ln()).sum::<f64>() / n;
     let extreme = rho.iter().filter(|&&p| p.max(1.0 / p) > 2.0).count() as f64 / n;
     (kl, extreme)
+}
+
+/// The rest of a step's mismatch suite, with `ln ρ = logp_old − logp_mu`: mean |ln ρ|, mean
+/// (ln ρ)², and the share of tokens with max(ρ, 1/ρ) > 5.
+pub fn mismatch_suite(out: &StepOutput) -> [f64; 3] {
+    let d: Vec<f64> = out
+        .logp_old
+        .iter()
+        .zip(&out.logp_mu)
+        .map(|(o, m)| f64::from(o - m))
+        .collect();
+    let n = d.len().max(1) as f64;
+    [
+        d.iter().map(|x| x.abs()).sum::<f64>() / n,
+        d.iter().map(|x| x * x).sum::<f64>() / n,
+        d.iter().filter(|x| x.abs() > 5f64.ln()).count() as f64 / n,
+    ]
 }
 
 /// What a step's row shares with the collapse detector, computed once per step.
@@ -484,7 +539,11 @@ pub fn step_row(
         .first()
         .map(|r| r.chunks_exact(shape.k).map(|c| c[0] != NO_ROUTE).collect())
         .unwrap_or_default();
-    let (route_frac, _, _, _) = model_drift(&out.routes_old, &out.routes_rollout, &routed, shape.k);
+    let (route_frac, token_frac, flips, _) =
+        model_drift(&out.routes_old, &out.routes_rollout, &routed, shape.k);
+    let layers = out.routes_old.len().max(1) as f64;
+    let suite = mismatch_suite(out);
+    let moe_only = |x: f64| if shape.moe { f(x) } else { Val::F(None) };
     let loads = &m.loads;
     let mut row = id.row(out.step);
     row.extend([
@@ -506,14 +565,12 @@ pub fn step_row(
         ),
         ("mismatch_kl_k3", f(mkl)),
         ("mismatch_extreme_frac", f(extreme)),
-        (
-            "mismatch_route_frac",
-            if shape.moe {
-                f(route_frac)
-            } else {
-                Val::F(None)
-            },
-        ),
+        ("mismatch_route_frac", moe_only(route_frac)),
+        ("mismatch_router_frac", moe_only(flips / layers)),
+        ("mismatch_token_frac", moe_only(token_frac)),
+        ("mismatch_abs_logp", f(suite[0])),
+        ("mismatch_sq_logp", f(suite[1])),
+        ("mismatch_beyond5_frac", f(suite[2])),
         (
             "load_max_violation",
             if shape.moe {

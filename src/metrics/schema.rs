@@ -142,6 +142,23 @@ pub static STEPS: FrameSchema = FrameSchema {
             "share of rollout (token, layer, slot) routes that differ from π_old's native routes (null for dense)",
         ),
         f(
+            "mismatch_router_frac",
+            "share of rollout (token, layer) routers whose expert set differs from π_old's native one: the R3 paper's share of routers (null for dense)",
+        ),
+        f(
+            "mismatch_token_frac",
+            "share of rollout tokens whose expert set differs from π_old's in at least one layer: the R3 paper's share of tokens (null for dense)",
+        ),
+        f(
+            "mismatch_abs_logp",
+            "mean over tokens of |ln ρ| (ρ as in mismatch_kl_k3)",
+        ),
+        f("mismatch_sq_logp", "mean over tokens of (ln ρ)²"),
+        f(
+            "mismatch_beyond5_frac",
+            "share of tokens with max(ρ, 1/ρ) > 5",
+        ),
+        f(
             "load_max_violation",
             "max over layers of max_e load_e / uniform − 1 (null for dense)",
         ),
@@ -260,8 +277,28 @@ pub static UPDATES: FrameSchema = FrameSchema {
             "drift_flips_per_token",
             "mean number of layers whose expert set changed, per token",
         ),
+        f(
+            "drift_router_frac",
+            "share of (token, layer) routers whose expert set changed in the update: drift_flips_per_token / layers",
+        ),
+        f(
+            "replay_stale_frac",
+            "r2/r3: share of the expert slots the update forward replayed that are not in the live router's top-k (null for native routing)",
+        ),
         DRIFT_SINCE_ROLLOUT,
         ROUTER_JS,
+        f(
+            "router_topk_mass",
+            "mean over tokens of the router probability mass of the k most likely experts, before the step",
+        ),
+        f(
+            "router_topk_gap",
+            "mean over tokens of ln p_k − ln p_(k+1), the k-th and (k+1)-th router probabilities before the step (the logit gap for softmax)",
+        ),
+        f(
+            "router_near_tie_frac",
+            "share of tokens whose ln p_k − ln p_(k+1) is below 0.1 nats, before the step",
+        ),
         f(
             "drift_bias_expert_frac",
             "sigmoid_bias router: share of activated expert slots the bias update alone changed \
@@ -284,6 +321,18 @@ pub static LAYERS: FrameSchema = FrameSchema {
         f(
             "router_entropy",
             "mean entropy of the router distribution before the step",
+        ),
+        f(
+            "router_topk_mass",
+            "mean over tokens of the router probability mass of the k most likely experts, before the step",
+        ),
+        f(
+            "router_topk_gap",
+            "mean over tokens of ln p_k − ln p_(k+1), the k-th and (k+1)-th router probabilities before the step (the logit gap for softmax)",
+        ),
+        f(
+            "router_near_tie_frac",
+            "share of tokens whose ln p_k − ln p_(k+1) is below 0.1 nats, before the step",
         ),
         f(
             "load_max_violation",
