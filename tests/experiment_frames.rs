@@ -219,7 +219,10 @@ fn three_steps_two_arms_two_seeds_write_readable_frames_and_a_report() {
         }
     }
     let mass = f64_col(&updates, "router_topk_mass").unwrap();
-    assert!(mass.iter().all(|m| m.is_some_and(|m| m > 0.0 && m <= 1.0 + 1e-6)));
+    assert!(
+        mass.iter()
+            .all(|m| m.is_some_and(|m| m > 0.0 && m <= 1.0 + 1e-6))
+    );
     // Prefixes: ℓ = 1 holds every off-policy response, and one token's variance is its own
     // uncorrelated-token value.
     let (pl, pn) = (

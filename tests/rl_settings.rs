@@ -391,3 +391,41 @@ fn threshold_replay_at_ratio_zero_is_r2_and_replaces_nothing_on_policy() {
         "{e}"
     );
 }
+
+/// PR²: zero-initialised predictors make the first step exactly r2's; its predictors train on
+/// every minibatch after the first, and then move the routes; it needs r2 and a softmax router.
+#[test]
+fn pr2_starts_as_r2_and_its_predictors_learn() {
+    use driftlab::rl::Pr2Config;
+    let r2 = grpo(RoutingMode::R2);
+    let mut pr2 = r2.clone();
+    pr2.pr2 = Some(Pr2Config::default());
+    let mut a = trainer(r2, 5);
+    let mut b = trainer(pr2, 5);
+    let (x, y) = (a.step(), b.step());
+    assert_eq!(x.rewards, y.rewards);
+    for (u, v) in x.updates.iter().zip(&y.updates) {
+        assert_eq!(
+            u.stats.ratio_tok, v.stats.ratio_tok,
+            "same routes, same ratios"
+        );
+        assert_eq!(v.pr2_loss.is_some(), v.minibatch > 0);
+        assert!(u.pr2_loss.is_none());
+    }
+    assert!(
+        y.updates[1..].iter().all(|u| u.pr2_loss.unwrap() > 0.0),
+        "the router moved, so the zero prediction has a loss"
+    );
+    let w = &b.predictor.as_ref().unwrap().w;
+    assert!(
+        w.iter().flatten().any(|&x| x != 0.0),
+        "the predictors trained"
+    );
+    let mut native = grpo(RoutingMode::Native);
+    native.pr2 = Some(Pr2Config::default());
+    let e = driftlab::rl::Trainer::new(native, warm_tiny(), short_sort(), 0)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("pr2") && e.contains("r2"), "{e}");
+}

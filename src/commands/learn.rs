@@ -5,7 +5,7 @@ use crate::coldstart::{ColdStartConfig, load_or_train};
 use crate::model::{ModelConfig, Preset, RouterKind};
 use crate::rl::{
     Algorithm, AlgorithmKind, IcePopConfig, MisConfig, MisLevel, Mismatch, OldLogp, OpsmConfig,
-    ReplayThresholdConfig, RlConfig, RouterShiftConfig, RoutingMode, Trainer,
+    Pr2Config, ReplayThresholdConfig, RlConfig, RouterShiftConfig, RoutingMode, Trainer,
 };
 use crate::task::{Task, TaskConfig, Tokenizer};
 use anyhow::Result;
@@ -59,6 +59,9 @@ pub struct LearnArgs {
     /// below this × the weakest live top-k score is replaced by a live choice.
     #[arg(long)]
     pub replay_threshold: Option<f64>,
+    /// Predictive Routing Replay (with `--routing r2`), predictor lr = lr × 1e3.
+    #[arg(long)]
+    pub pr2: bool,
     /// Cache directory of cold starts.
     #[arg(long, default_value = crate::util::io::DEFAULT_CACHE_DIR)]
     pub cache_dir: PathBuf,
@@ -106,6 +109,9 @@ fn label(a: &LearnArgs) -> String {
     if let Some(r) = a.replay_threshold {
         s += &format!(" +replay_threshold={r}");
     }
+    if a.pr2 {
+        s += " +pr2";
+    }
     s
 }
 
@@ -132,6 +138,7 @@ fn rl_config(a: &LearnArgs) -> RlConfig {
         replay_threshold: a
             .replay_threshold
             .map(|ratio| ReplayThresholdConfig { ratio }),
+        pr2: a.pr2.then(Pr2Config::default),
         ..RlConfig::default()
     };
     cfg.optimizer.lr = a.lr;

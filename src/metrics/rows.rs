@@ -174,6 +174,7 @@ pub fn update_row(id: &CellId, step: usize, u: &UpdateRecord, shape: Shape) -> R
         ("icepop_masked_frac", share(&st.icepop_masked)),
         ("mis_masked_frac", share(&st.mis_masked)),
         ("opsm_masked_frac", share(&st.opsm_masked)),
+        ("pr2_loss", u.pr2_loss.map_or(Val::F(None), f)),
         (
             "replay_replaced_frac",
             st.replay_filter

@@ -268,6 +268,10 @@ pub static UPDATES: FrameSchema = FrameSchema {
             "share of the minibatch's responses off-policy sequence masking masked (negative advantage, mean log(π_engine/π_θ) above its threshold; null when off)",
         ),
         f(
+            "pr2_loss",
+            "PR²: KL(live router ‖ predicted routing distribution), mean over tokens, summed over layers, on this minibatch (null when pr2 is off and on a step's first minibatch)",
+        ),
+        f(
             "replay_replaced_frac",
             "share of the update forward's replayed expert slots that replay_threshold replaced with a live choice (null when off)",
         ),

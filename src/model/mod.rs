@@ -15,7 +15,7 @@ pub mod weights;
 
 pub use attention::LayerCache;
 pub use config::{ExpertPath, FfnKind, ModelConfig, Preset, RouterKind};
-pub use moe::{LayerRouting, NO_ROUTE, RoutingTrace};
+pub use moe::{LayerRouting, NO_ROUTE, RoutingTrace, native_topk};
 pub use weights::{ParamGroup, Weights};
 
 use crate::util::tensors::log_softmax;

@@ -32,6 +32,8 @@ pub struct RoutingTrace {
     /// filter replaced with a live choice (0 without a filter).
     pub replay_slots: usize,
     pub replay_replaced: usize,
+    /// The router's input `[tokens, d_model]`, when asked for (PR²'s predictors read it).
+    pub input: Option<Vec<f32>>,
 }
 
 /// Per-layer routing controls for one forward.
@@ -50,6 +52,8 @@ pub struct LayerRouting<'a> {
     /// top-k is replaced, in order, by the live top-k's experts the row does not hold yet.
     /// `None` (or 0) replays every forced expert.
     pub replay_filter: Option<f32>,
+    /// Return the router's input in the trace.
+    pub want_input: bool,
 }
 
 pub struct MoeOutput {
@@ -179,6 +183,7 @@ pub fn moe_forward(
         active.len()
     );
     let device = x.device();
+    let x_in = routing.want_input.then(|| x.clone());
 
     // Router: logits → probabilities; the top-k decision is made on the host.
     let mut logits = x.clone().matmul(w.router.clone()); // [T, E]
@@ -213,6 +218,7 @@ pub fn moe_forward(
             probs: want_probs.then_some(probs_host),
             replay_slots,
             replay_replaced,
+            input: x_in.map(|x| to_vec(x.inner())),
         },
         aux_loss,
         load,

@@ -104,6 +104,20 @@ impl Default for ReplayThresholdConfig {
     }
 }
 
+/// Predictive Routing Replay (see [`super::predictor`]): r2 with routes chosen by per-layer
+/// linear predictors of the router's move, trained at the actor's learning rate × `lr_mult`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Pr2Config {
+    pub lr_mult: f64,
+}
+
+impl Default for Pr2Config {
+    fn default() -> Self {
+        Pr2Config { lr_mult: 1e3 }
+    }
+}
+
 // The masking corrections' settings; what they do is in [`super::correct`].
 
 /// IcePop's band on the engine ratio π_old / π_engine.
@@ -309,6 +323,9 @@ pub struct RlConfig {
     /// Threshold-filtered Routing Replay (r2 and r3 only): see [`ReplayThresholdConfig`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay_threshold: Option<ReplayThresholdConfig>,
+    /// Predictive Routing Replay (r2 only): see [`Pr2Config`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pr2: Option<Pr2Config>,
     /// RSPO's router-shift weighting of the token ratios (see [`super::router_shift`]); off
     /// when unset. Applies to every objective with an importance ratio (not gvpo).
     pub router_shift: Option<RouterShiftConfig>,
@@ -347,6 +364,7 @@ impl Default for RlConfig {
             mis: None,
             opsm: None,
             replay_threshold: None,
+            pr2: None,
             router_shift: None,
             optimizer: AdamWConfig::default(),
             lr_schedule: LrSchedule::Constant,
@@ -398,6 +416,17 @@ impl RlConfig {
                 "replay_threshold filters replayed routes: give it to an r2 or r3 arm \
                  (`rl = {{ replay_threshold = {{ ratio = {} }} }}` in its [[arms]] entry)",
                 t.ratio
+            );
+        }
+        if let Some(p) = &self.pr2 {
+            ensure!(
+                p.lr_mult.is_finite() && p.lr_mult > 0.0,
+                "pr2.lr_mult must be > 0 (got {})",
+                p.lr_mult
+            );
+            ensure!(
+                self.routing == RoutingMode::R2,
+                "pr2 chooses the routes r2 replays: give it to an r2 arm"
             );
         }
         Ok(())

@@ -8,6 +8,7 @@ pub mod drift;
 pub mod loss;
 pub mod micro;
 mod old;
+pub mod predictor;
 pub mod record;
 pub mod rollout;
 pub mod router_shift;
@@ -16,7 +17,7 @@ pub mod step;
 pub use config::{
     AdvantageMode, Aggregation, Algorithm, AlgorithmKind, CispoConfig, DriftInjection, GmpoConfig,
     GrpoConfig, GspoConfig, GvpoConfig, IcePopConfig, LrSchedule, MisConfig, MisLevel, Mismatch,
-    OldLogp, OpsmConfig, ReplayThresholdConfig, RlConfig, RouterShiftConfig, RoutingMode,
-    TisConfig,
+    OldLogp, OpsmConfig, Pr2Config, ReplayThresholdConfig, RlConfig, RouterShiftConfig,
+    RoutingMode, TisConfig,
 };
 pub use step::{StepOutput, Trainer, UpdateRecord};

@@ -5,6 +5,7 @@
 
 use super::config::{RlConfig, RoutingMode};
 use super::micro::{Batch, concat_layers};
+use super::predictor::Predictor;
 use crate::model::{ForwardOptions, LayerRouting, Model, RoutingTrace, token_logp};
 use crate::util::parallel::par_map;
 use crate::util::tensors::{ints, to_vec};
@@ -20,6 +21,17 @@ pub(super) struct OldPass {
     pub used: Vec<Vec<u16>>,
     pub probs: Vec<Vec<f32>>,
     pub logp_ref: Option<Vec<f32>>,
+    /// PR²: per MoE layer, the router inputs `[tokens, d_model]` (empty without PR²).
+    pub inputs: Vec<Vec<f32>>,
+    /// PR²: per MoE layer, the predicted routes the updates replay instead of `routes`.
+    pub predicted: Option<Vec<Vec<u16>>>,
+}
+
+impl OldPass {
+    /// The routes r2 replays: PR²'s prediction where it is on, else π_old's native routes.
+    pub fn replay_routes(&self) -> &[Vec<u16>] {
+        self.predicted.as_deref().unwrap_or(&self.routes)
+    }
 }
 
 /// π_old of the whole rollout batch.
@@ -39,6 +51,7 @@ pub(super) fn old_policy(
     reference: Option<&Model>,
     cfg: &RlConfig,
     b: &Batch,
+    predictor: Option<&Predictor>,
 ) -> OldPolicy {
     let inner = model.inner();
     let temp = cfg.temperature;
@@ -47,13 +60,30 @@ pub(super) fn old_policy(
         let mb = &b.micros[i];
         let forced = (cfg.routing == RoutingMode::R3).then(|| b.rollout_routes[i].as_slice());
         let filter = cfg.replay_threshold.as_ref().map(|t| t.ratio as f32);
-        let out = inner.forward(&mb.batch, &routing(n_layers, forced, None, filter));
+        let want_inputs = predictor.is_some();
+        let mut out = inner.forward(
+            &mb.batch,
+            &routing(n_layers, forced, None, filter, want_inputs),
+        );
         let device = out.logits.device();
         let rows = || ints(&mb.logit_rows, [mb.logit_rows.len()], &device);
         let picked = out.logits.select(0, rows());
         let host = to_vec(picked.clone());
         let used = out.traces.iter().map(|t| t.used.clone()).collect();
+        let inputs: Vec<Vec<f32>> = out
+            .traces
+            .iter_mut()
+            .filter_map(|t| t.input.take())
+            .collect();
         let (routes, probs) = native_and_probs(out.traces);
+        let predicted = predictor.map(|p| {
+            inputs
+                .iter()
+                .zip(&probs)
+                .enumerate()
+                .map(|(l, (h, pr))| p.routes(l, h, pr))
+                .collect()
+        });
         OldPass {
             entropy_sum: entropy_sum(&host, model.cfg.vocab_size, temp),
             logp: to_vec(token_logp(picked, &mb.targets, temp)),
@@ -64,6 +94,8 @@ pub(super) fn old_policy(
                 let o = r.forward(&mb.batch, &ForwardOptions::default());
                 to_vec(token_logp(o.logits.select(0, rows()), &mb.targets, temp))
             }),
+            inputs,
+            predicted,
         }
     });
     let logp: Vec<f32> = passes.iter().flat_map(|o| o.logp.iter().copied()).collect();
@@ -90,6 +122,7 @@ pub(super) fn routing<'a>(
     forced: Option<&'a [Vec<u16>]>,
     offsets: Option<Vec<Tensor<2>>>,
     replay_filter: Option<f32>,
+    want_inputs: bool,
 ) -> ForwardOptions<'a> {
     let mut offsets = offsets.map(|v| v.into_iter());
     let routing = (0..n_layers)
@@ -98,6 +131,7 @@ pub(super) fn routing<'a>(
             logit_offset: offsets.as_mut().and_then(|o| o.next()),
             choice_offset: None,
             replay_filter: forced.and(replay_filter),
+            want_input: want_inputs,
         })
         .collect();
     ForwardOptions {

@@ -17,6 +17,9 @@ pub struct UpdateRecord {
     /// False when the update was skipped; `skip_reason` says why.
     pub applied: bool,
     pub skip_reason: Option<String>,
+    /// PR²'s predictor loss on this minibatch (summed over layers; `None` when off, and on a
+    /// step's first minibatch, where it does not train).
+    pub pr2_loss: Option<f64>,
     pub lr: f64,
     /// Per MoE layer, `[tokens, k]` over the minibatch layout: native routes of the pre-step
     /// policy (from the update forward), ids the update forward ran, native routes of the

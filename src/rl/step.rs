@@ -9,6 +9,7 @@ use super::drift::{DriftWalk, calibrate_sigma};
 use super::loss::{LossStats, PolicyBatch, policy_loss};
 use super::micro::{Accumulated, Batch, MicroForward, accumulate, concat_layers, micro_share};
 use super::old::{LayerRoutes, OldPolicy, native_and_probs, old_policy, routing};
+use super::predictor::Predictor;
 pub use super::record::{StepOutput, UpdateRecord};
 use super::rollout::rollout;
 use super::router_shift::{router_shift, shifted_old_logp};
@@ -23,7 +24,6 @@ use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
 use std::time::Instant;
 
-/// An RL cell's trainer: the policy, its optimizer, the frozen reference and the RNG streams.
 /// The objective's loss on `pb` with the masking corrections' weights (set on `pb`) and what
 /// they masked in its statistics.
 fn corrected_loss(cfg: &RlConfig, pb: &mut PolicyBatch) -> (burn::tensor::Tensor<1>, LossStats) {
@@ -42,9 +42,50 @@ fn corrected_loss(cfg: &RlConfig, pb: &mut PolicyBatch) -> (burn::tensor::Tensor
     (ploss, stats)
 }
 
+/// One PR² step on minibatch `m`: per layer, the token-weighted mean over its micro-batches of
+/// KL(live router ‖ prediction) and its gradient, then Adam. Returns the loss summed over
+/// layers (Eq. 8).
+fn train_predictor(
+    p: &mut Predictor,
+    b: &Batch,
+    old: &OldPolicy,
+    parts: &[MicroForward],
+    m: usize,
+    lr: f64,
+) -> f64 {
+    let n = parts.len();
+    let layers = p.w.len();
+    let mut grads = vec![vec![0f32; p.w[0].len()]; layers];
+    let mut loss = 0.0;
+    let valid = |j: usize| &b.micros[m * n + j].batch.valid;
+    let total: usize = (0..n)
+        .map(|j| valid(j).iter().filter(|&&v| v).count())
+        .sum();
+    for (j, part) in parts.iter().enumerate() {
+        let o = &old.passes[m * n + j];
+        let w = valid(j).iter().filter(|&&v| v).count() as f64 / total.max(1) as f64;
+        for (l, g) in grads.iter_mut().enumerate() {
+            let (kl, gl) = p.loss_grad(
+                l,
+                &o.inputs[l],
+                &o.probs[l],
+                &part.probs_before[l],
+                valid(j),
+            );
+            loss += w * kl;
+            for (a, x) in g.iter_mut().zip(gl) {
+                *a += (w as f32) * x;
+            }
+        }
+    }
+    p.step(&grads, lr);
+    loss
+}
+
 /// The skip reason of a minibatch whose every token the masking corrections masked.
 pub const ALL_MASKED: &str = "every token masked by the corrections";
 
+/// An RL cell's trainer: the policy, its optimizer, the frozen reference and the RNG streams.
 pub struct Trainer {
     pub cfg: RlConfig,
     pub model: Model,
@@ -62,6 +103,8 @@ pub struct Trainer {
     /// With `rollout_staleness = k > 0`: the policies at the start of the last k + 1 steps,
     /// oldest first (the rollout engine samples with the oldest).
     snapshots: std::collections::VecDeque<Model>,
+    /// PR²'s route predictors, when `pr2` is on.
+    pub predictor: Option<Predictor>,
 }
 
 impl Trainer {
@@ -95,7 +138,18 @@ impl Trainer {
             Some(DriftInjection::Sigma { sigma }) => Some(sigma),
             _ => None,
         };
+        let mc = &model.cfg;
+        if cfg.pr2.is_some() && (!mc.is_moe() || mc.has_router_bias()) {
+            bail!(
+                "pr2 predicts a softmax router's routes: it needs an MoE model with router = softmax"
+            );
+        }
+        let predictor = cfg
+            .pr2
+            .as_ref()
+            .map(|p| Predictor::new(mc.n_layers, mc.d_model, mc.n_experts, mc.top_k, p));
         Ok(Trainer {
+            predictor,
             opt,
             reference,
             task,
@@ -140,7 +194,13 @@ impl Trainer {
         let t_rollout = started.elapsed().as_secs_f64();
         let started = Instant::now();
         let b = Batch::new(ro, &cfg, self.model.cfg.top_k);
-        let old = old_policy(&self.model, self.reference.as_ref(), &self.cfg, &b);
+        let old = old_policy(
+            &self.model,
+            self.reference.as_ref(),
+            &self.cfg,
+            &b,
+            self.predictor.as_ref(),
+        );
         let adv = advantages(&b.ro.rewards, cfg.group_size, cfg.advantage);
         self.calibrate_drift(&b, &old);
         let mut walk = self.drift_walk(&b);
@@ -234,7 +294,7 @@ impl Trainer {
             .map(|w| w.offsets(b.token_range(mc), &device));
         let forced: Option<&[Vec<u16>]> = match cfg.routing {
             RoutingMode::Native => None,
-            RoutingMode::R2 => Some(&old.passes[i].routes),
+            RoutingMode::R2 => Some(old.passes[i].replay_routes()),
             RoutingMode::R3 => Some(&b.rollout_routes[i]),
         };
         let train = self.model.require_grad();
@@ -245,6 +305,7 @@ impl Trainer {
                 forced,
                 offsets,
                 cfg.replay_threshold.as_ref().map(|t| t.ratio as f32),
+                false,
             ),
         );
         let rows_idx = ints(&mc.logit_rows, [mc.logit_rows.len()], &device);
@@ -325,6 +386,13 @@ impl Trainer {
     ) -> UpdateRecord {
         let n = b.n_micro;
         let parts = par_map(n, |j| self.micro_forward(b, old, adv, (m, m * n + j), walk));
+        // PR²: the predictors learn the router's move from every minibatch after the first.
+        let pr2_loss = (m > 0)
+            .then(|| {
+                let p = self.predictor.as_mut()?;
+                Some(train_predictor(p, b, old, &parts, m, lr))
+            })
+            .flatten();
         let acc: Accumulated = accumulate(
             parts,
             self.model.cfg.top_k,
@@ -370,6 +438,7 @@ impl Trainer {
             grad_norm,
             applied,
             skip_reason,
+            pr2_loss,
             lr,
             routes_before: acc.routes_before,
             routes_used: acc.routes_used,
@@ -424,7 +493,7 @@ impl Trainer {
             let offsets = walk.map(|w| w.offsets(b.token_range(mc), &device));
             let o = model.forward(
                 &mc.batch,
-                &routing(self.model.cfg.n_layers, None, offsets, None),
+                &routing(self.model.cfg.n_layers, None, offsets, None, false),
             );
             native_and_probs(o.traces)
         });
