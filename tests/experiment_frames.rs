@@ -425,7 +425,12 @@ fn regimes_override_settings_and_get_their_own_plots() {
     // Every figure of every regime, as non-empty PNG and SVG, embedded in report.md; the
     // figures of a frame this tiny run has no data for (length bins with enough responses)
     // are left out and not embedded, rather than drawn empty.
-    let optional = ["drift_heatmap", "ratio_var_vs_len", "ratio_var_vs_prefix"];
+    let optional = [
+        "drift_heatmap",
+        "ratio_var_vs_len",
+        "ratio_var_vs_prefix",
+        "drift_units",
+    ];
     for r in ["natural", "mismatch"] {
         for p in PLOTS {
             let embedded = md.contains(&format!("(plots/{r}/{p}.svg)"));

@@ -48,7 +48,6 @@ pub const UNREAD: &[(&str, &[&str])] = &[
             "applied",
             "router_shift_mean",
             "router_shift_floored",
-            "drift_token_frac",
             "drift_flips_per_token",
             "router_js",
             "drift_bias_expert_frac",

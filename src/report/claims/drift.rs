@@ -3,6 +3,7 @@
 use super::claim_def::{ClaimDef, Scope};
 use super::compare::{RegimeData, ci, name, seeds_of};
 use crate::experiment::Claim;
+use crate::metrics::frames::f64_col;
 use crate::model::FfnKind;
 use crate::report::endpoints::{Claimed, EXPONENT_MARGIN, Endpoint};
 use crate::report::paired::Scale;
@@ -12,6 +13,7 @@ use crate::report::stats::mean_ci;
 use crate::report::summary::ArmSummary;
 use crate::rl::RoutingMode;
 use anyhow::Result;
+use polars::prelude::*;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -72,6 +74,77 @@ pub(super) fn share_line(md: &mut String, r: &Regime) -> Result<()> {
         moe.len(),
         ci(&all),
         100.0 * all.mean,
+    )?;
+    units_line(md, r)?;
+    Ok(())
+}
+
+/// The mean over cells of each column of `df` (per-cell means first, so cells weigh
+/// equally), over the distinct MoE arms; `None` where a column is absent (a run from before it
+/// existed) or has no value.
+fn cell_means(df: &DataFrame, cols: &[&str], r: &Regime) -> Result<Vec<Option<f64>>> {
+    if df.height() == 0 || cols.iter().any(|c| df.column(c).is_err()) {
+        return Ok(vec![None; cols.len()]);
+    }
+    let moe: Vec<String> = r
+        .arms
+        .arms
+        .iter()
+        .filter(|(a, id)| {
+            id.ffn == FfnKind::Moe && !crate::report::identical::is_repeat(&r.same, &a.name)
+        })
+        .map(|(a, _)| a.name.clone())
+        .collect();
+    let Some(keep) = moe
+        .iter()
+        .map(|a| col("arm").eq(lit(a.clone())))
+        .reduce(|a, b| a.or(b))
+    else {
+        return Ok(vec![None; cols.len()]);
+    };
+    let g = df
+        .clone()
+        .lazy()
+        .filter(keep)
+        .group_by([col("arm"), col("seed")])
+        .agg(cols.iter().map(|c| col(*c).mean()).collect::<Vec<_>>())
+        .select(cols.iter().map(|c| col(*c).mean()).collect::<Vec<_>>())
+        .collect()?;
+    cols.iter()
+        .map(|c| Ok(f64_col(&g, c)?.first().copied().flatten()))
+        .collect()
+}
+
+/// Drift in the three units papers use, per update and between the rollout engine and π_old,
+/// beside the papers' values in the same unit (runs whose frames hold the columns).
+fn units_line(md: &mut String, r: &Regime) -> Result<()> {
+    let upd = cell_means(
+        &r.frames.updates,
+        &["drift_expert_frac", "drift_router_frac", "drift_token_frac"],
+        r,
+    )?;
+    let mis = cell_means(
+        &r.frames.steps,
+        &[
+            "mismatch_route_frac",
+            "mismatch_router_frac",
+            "mismatch_token_frac",
+        ],
+        r,
+    )?;
+    let pct = |x: Option<f64>| x.map_or("n/a".into(), |v| format!("{:.3}%", 100.0 * v));
+    if upd.iter().all(Option::is_none) {
+        return Ok(());
+    }
+    writeln!(
+        md,
+        "  - in three units (mean over cells of the distinct MoE arms): per update, {} of activated expert slots (the GSPO paper's ~10% of activated experts), {} of (token, layer) routers, {} of tokens in at least one layer; rollout engine against π_old, {} of slots, {} of routers (the R3 paper: ~10%), {} of tokens (the R3 paper: 94%).",
+        pct(upd[0]),
+        pct(upd[1]),
+        pct(upd[2]),
+        pct(mis[0]),
+        pct(mis[1]),
+        pct(mis[2]),
     )?;
     Ok(())
 }

@@ -11,6 +11,7 @@ use super::summary::{labelled, seed_means};
 use crate::metrics::collapse::EventKind;
 use crate::metrics::frames::{i64_col, str_col};
 use anyhow::{Context, Result};
+use polars::prelude::DataFrame;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -40,6 +41,7 @@ pub const PLOTS: &[&str] = &[
     "ratio_var_vs_len",
     "ratio_var_vs_prefix",
     "mismatch_kl",
+    "drift_units",
 ];
 
 /// The first collapse and the first warning of each cell, on the arm's smoothed mean reward
@@ -77,6 +79,74 @@ fn event_markers(f: &RunFrames, multi: bool, reward: &[Series]) -> Result<Vec<Ma
             })
         })
         .collect())
+}
+
+/// Drift in the three units papers use (slots, routers, tokens with any layer changed), per
+/// update and — where the regime has a mismatch — between the rollout engine and π_old: per
+/// seed the mean over the regime's distinct MoE arms, then mean and 95% interval over seeds,
+/// with the papers' values in the same unit. `None` for a run whose frames lack the columns.
+fn drift_units(r: &Regime) -> Result<Option<BarChart>> {
+    let f = &r.frames;
+    let upd = [
+        ("per update: slots", "drift_expert_frac"),
+        ("per update: routers", "drift_router_frac"),
+        ("per update: tokens", "drift_token_frac"),
+    ];
+    let mis = [
+        ("engine vs π_old: slots", "mismatch_route_frac"),
+        ("engine vs π_old: routers", "mismatch_router_frac"),
+        ("engine vs π_old: tokens", "mismatch_token_frac"),
+    ];
+    let has = |df: &DataFrame, c: &str| df.height() > 0 && df.column(c).is_ok();
+    if !upd.iter().all(|(_, c)| has(&f.updates, c)) {
+        return Ok(None);
+    }
+    let mut wanted: Vec<(&str, &DataFrame, &str)> =
+        upd.iter().map(|&(l, c)| (l, &f.updates, c)).collect();
+    if r.mismatch && mis.iter().all(|(_, c)| has(&f.steps, c)) {
+        wanted.extend(mis.iter().map(|&(l, c)| (l, &f.steps, c)));
+    }
+    let mut bars = Vec::new();
+    for (label, df, c) in wanted {
+        let mut per_seed: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
+        for (arm, seeds) in seed_means(df, c)? {
+            if crate::report::identical::is_repeat(&r.same, &arm) {
+                continue;
+            }
+            for (i, v) in seeds.iter().enumerate().filter(|(_, v)| v.is_finite()) {
+                let e = per_seed.entry(i).or_default();
+                e.0 += v;
+                e.1 += 1;
+            }
+        }
+        let v: Vec<f64> = per_seed.values().map(|(s, n)| s / *n as f64).collect();
+        let m = mean_ci(&v);
+        let e = m
+            .ci95
+            .is_finite()
+            .then(|| ((m.mean - m.ci95).max(1e-6), m.mean + m.ci95));
+        bars.push((label.to_string(), m.mean.max(0.0), e));
+    }
+    let ten = if r.mismatch {
+        "~10%: the GSPO paper's activated experts per update; the R3 paper's routers, engine vs trainer"
+    } else {
+        "GSPO paper: ~10% of activated experts per update"
+    };
+    let mut refs = vec![reference(0.10, ten)];
+    if r.mismatch {
+        refs.push(reference(
+            0.94,
+            "R3 paper: 94% of tokens differ in ≥ 1 layer, engine vs trainer",
+        ));
+    }
+    let log = spans_decades(bars.iter().map(|b| b.1).chain(refs.iter().map(|x| x.y)));
+    Ok(Some(BarChart {
+        title: "Drift in three units: slots, routers, tokens (95% CI over seeds)".into(),
+        y_label: "share that changed".into(),
+        bars,
+        log_y: log,
+        refs,
+    }))
 }
 
 /// Clipped-token fraction per arm with its 95% interval over seeds, and GSPO's values.
@@ -306,6 +376,10 @@ fn plots_in(pdir: &Path, r: &Regime, eps: &[&Endpoint]) -> Result<Vec<&'static s
         ];
     }
     mk.save(pdir, "mismatch_kl")?;
+    match drift_units(r)? {
+        Some(c) => c.save(pdir, "drift_units")?,
+        None => made.retain(|p| *p != "drift_units"),
+    }
     Ok(made)
 }
 
