@@ -276,6 +276,36 @@ fn keep_only<T>(v: Vec<T>, keep: &[usize]) -> Vec<T> {
         .collect()
 }
 
+/// The figures a folder may lack the frames or columns for (a slimmed run's layers or
+/// lengths, a run from before the prefixes frame or the drift units): each is drawn when its
+/// data is there, and left out of `made` otherwise.
+fn optional_plots(pdir: &Path, r: &Regime, made: &mut Vec<&'static str>) -> Result<()> {
+    let (f, same, multi) = (&r.frames, &r.same, false);
+    let heat = drift_heatmap(f, multi, &same)?;
+    if heat.panels.is_empty() {
+        made.retain(|p| *p != "drift_heatmap");
+    } else {
+        heat.save(pdir, "drift_heatmap")?;
+    }
+    let by_len = variance_by_length(f, &same)?;
+    if by_len.series.iter().all(|s| s.points.is_empty()) {
+        made.retain(|p| *p != "ratio_var_vs_len");
+    } else {
+        by_len.save(pdir, "ratio_var_vs_len")?;
+    }
+    let by_prefix = variance_by_prefix(f, &same)?;
+    if by_prefix.series.iter().all(|s| s.points.is_empty()) {
+        made.retain(|p| *p != "ratio_var_vs_prefix");
+    } else {
+        by_prefix.save(pdir, "ratio_var_vs_prefix")?;
+    }
+    match drift_units(r)? {
+        Some(c) => c.save(pdir, "drift_units")?,
+        None => made.retain(|p| *p != "drift_units"),
+    }
+    Ok(())
+}
+
 /// Every plot of one regime's frames under `pdir`; returns the names of those made (a figure
 /// whose frame the folder does not keep, e.g. a slimmed run's layers or lengths, is left out
 /// rather than drawn empty).
@@ -340,24 +370,7 @@ fn plots_in(pdir: &Path, r: &Regime, eps: &[&Endpoint]) -> Result<Vec<&'static s
     ));
     drift.save(pdir, "drift")?;
     let mut made: Vec<&'static str> = PLOTS.to_vec();
-    let heat = drift_heatmap(f, multi, &same)?;
-    if heat.panels.is_empty() {
-        made.retain(|p| *p != "drift_heatmap");
-    } else {
-        heat.save(pdir, "drift_heatmap")?;
-    }
-    let by_len = variance_by_length(f, &same)?;
-    if by_len.series.iter().all(|s| s.points.is_empty()) {
-        made.retain(|p| *p != "ratio_var_vs_len");
-    } else {
-        by_len.save(pdir, "ratio_var_vs_len")?;
-    }
-    let by_prefix = variance_by_prefix(f, &same)?;
-    if by_prefix.series.iter().all(|s| s.points.is_empty()) {
-        made.retain(|p| *p != "ratio_var_vs_prefix");
-    } else {
-        by_prefix.save(pdir, "ratio_var_vs_prefix")?;
-    }
+    optional_plots(pdir, r, &mut made)?;
     // A KL is positive and spans decades across regimes: always a log axis.
     let (series, _) = band_chart(&curves(&f.steps, multi, "step", "mismatch_kl_k3")?, false);
     let mut mk = line(
@@ -376,10 +389,6 @@ fn plots_in(pdir: &Path, r: &Regime, eps: &[&Endpoint]) -> Result<Vec<&'static s
         ];
     }
     mk.save(pdir, "mismatch_kl")?;
-    match drift_units(r)? {
-        Some(c) => c.save(pdir, "drift_units")?,
-        None => made.retain(|p| *p != "drift_units"),
-    }
     Ok(made)
 }
 
