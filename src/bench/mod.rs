@@ -140,10 +140,44 @@ pub fn model_throughput(preset: Preset, device: &Device, reps: usize) -> Result<
 
 /// Median wall time of one RL step (toy, sort 4–16, B 16, G 8, N 4, GRPO, KV cache) from the
 /// cached cold start, with its split, and rollout / update tokens per second.
+/// The RL settings of one `bench --rl` row: probe and reference on or off, micro-batches and
+/// rollout shards `parts`, and the `extra` settings its label names (joined by `+`).
+fn bench_rl_config(probe: bool, parts: usize, extra: &str) -> crate::rl::RlConfig {
+    use crate::rl::{
+        IcePopConfig, MisConfig, Mismatch, OpsmConfig, Pr2Config, ReplayThresholdConfig,
+        RlConfig, RouterShiftConfig, RoutingMode,
+    };
+    let has = |x: &str| extra.split('+').any(|e| e == x);
+    RlConfig {
+        measure_kl_ref: probe,
+        micro_batches: parts,
+        rollout_shards: parts,
+        router_shift: has("router_shift").then(RouterShiftConfig::default),
+        mismatch: if has("router_noise") {
+            Mismatch::RouterNoise { sigma: 0.13 }
+        } else {
+            Mismatch::None
+        },
+        routing: if has("r2") {
+            RoutingMode::R2
+        } else if has("r3") {
+            RoutingMode::R3
+        } else {
+            RoutingMode::Native
+        },
+        icepop: has("icepop").then(IcePopConfig::default),
+        mis: has("mis").then(MisConfig::default),
+        opsm: has("opsm").then(OpsmConfig::default),
+        pr2: has("pr2").then(Pr2Config::default),
+        replay_threshold: has("replay_threshold").then(ReplayThresholdConfig::default),
+        ..RlConfig::default()
+    }
+}
+
 pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
     use crate::coldstart::{ColdStartConfig, load_or_train};
     use crate::model::RouterKind;
-    use crate::rl::{RlConfig, RouterShiftConfig, Trainer};
+    use crate::rl::Trainer;
     let task = Task::new(TaskConfig::default(), 0)?;
     let cold = |router: RouterKind| {
         let cfg = ModelConfig {
@@ -167,6 +201,9 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
     // for. The one-thread rows show what one experiment cell costs (cells run one thread
     // each). The last two rows price RSPO's router shift and the sigmoid_bias router (its
     // own cold start; the bias-only probe runs with the probe) against the probe-on row.
+    // The rows after them price the masking corrections (all three, under a router-noise
+    // mismatch for them to act on, against the noise alone) and the replay variants (against
+    // plain r2 and r3 under the same noise).
     let variants = [
         (false, 2, None, ""),
         (true, 2, None, ""),
@@ -174,15 +211,15 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
         (false, 2, Some(1), ""),
         (true, 2, None, "router_shift"),
         (true, 2, None, "sigmoid_bias"),
+        (true, 2, None, "router_noise"),
+        (true, 2, None, "router_noise+icepop+mis+opsm"),
+        (true, 2, None, "r2"),
+        (true, 2, None, "r2+pr2"),
+        (true, 2, None, "router_noise+r3"),
+        (true, 2, None, "router_noise+r3+replay_threshold"),
     ];
     for (probe, parts, threads, extra) in variants {
-        let cfg = RlConfig {
-            measure_kl_ref: probe,
-            micro_batches: parts,
-            rollout_shards: parts,
-            router_shift: (extra == "router_shift").then(RouterShiftConfig::default),
-            ..RlConfig::default()
-        };
+        let cfg = bench_rl_config(probe, parts, extra);
         let model = if extra == "sigmoid_bias" {
             cold(RouterKind::SigmoidBias)?.model
         } else {
