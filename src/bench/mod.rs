@@ -144,8 +144,8 @@ pub fn model_throughput(preset: Preset, device: &Device, reps: usize) -> Result<
 /// rollout shards `parts`, and the `extra` settings its label names (joined by `+`).
 fn bench_rl_config(probe: bool, parts: usize, extra: &str) -> crate::rl::RlConfig {
     use crate::rl::{
-        IcePopConfig, MisConfig, Mismatch, OpsmConfig, Pr2Config, ReplayThresholdConfig,
-        RlConfig, RouterShiftConfig, RoutingMode,
+        IcePopConfig, MisConfig, Mismatch, OpsmConfig, Pr2Config, ReplayThresholdConfig, RlConfig,
+        RouterShiftConfig, RoutingMode,
     };
     let has = |x: &str| extra.split('+').any(|e| e == x);
     RlConfig {

@@ -36,17 +36,20 @@ pub enum Claim {
     /// (m) claim (e) with difficulty held fixed: token-ratio noise accumulates along the
     /// prefixes of the same responses beyond uncorrelated tokens; their mean does not.
     PrefixVariance,
+    /// (n) where GRPO breaks (a drift regime with a control), every fix against GRPO without
+    /// replay on the final greedy eval accuracy: one primary family.
+    FixLeaderboard,
 }
 
 /// The letters of the claims, in [`Claim::ALL`] order.
 pub const CLAIM_LETTERS: &[char] = &[
-    'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l', 'm',
+    'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l', 'm', 'n',
 ];
 /// The claims a spec that names none tests: (a)–(f), the flagship's family.
 pub const DEFAULT_CLAIMS: &[char] = &['a', 'b', 'c', 'd', 'e', 'f'];
 
 impl Claim {
-    pub const ALL: [Claim; 13] = [
+    pub const ALL: [Claim; 14] = [
         Claim::DriftShare,
         Claim::Replay,
         Claim::GspoStable,
@@ -60,6 +63,7 @@ impl Claim {
         Claim::DepthDrift,
         Claim::Control,
         Claim::PrefixVariance,
+        Claim::FixLeaderboard,
     ];
 
     /// The claim's letter.

@@ -28,6 +28,8 @@ pub struct RegimeData<'a> {
     pub mismatch: bool,
     /// The claims the experiment declared: only their endpoints are made.
     pub claims: &'a [Claim],
+    /// The spec names a control regime for this one (a drift regime of a paired design).
+    pub has_control: bool,
 }
 
 /// Per seed, the mean over the regime's distinct arms of a per-cell value.

@@ -40,6 +40,7 @@ pub fn def(c: Claim) -> ClaimDef {
         Claim::DepthDrift => drift::DEPTH,
         Claim::Control => control::CONTROL,
         Claim::PrefixVariance => ratios::PREFIX,
+        Claim::FixLeaderboard => replay::LEADERBOARD,
     }
 }
 
@@ -66,6 +67,7 @@ pub fn declare(regs: &[Regime]) -> Result<Vec<Endpoint>> {
             same: &r.same,
             mismatch: r.mismatch,
             claims: &r.claims,
+            has_control: r.control.is_some(),
         })?);
     }
     let declared = regs.first().map_or(&[][..], |r| r.claims.as_slice());

@@ -1,4 +1,5 @@
-//! Claim (b): GRPO without Routing Replay against GRPO with R2 and R3.
+//! Claims (b) and (n): GRPO without Routing Replay against GRPO with R2 and R3, and every
+//! fix against GRPO where it breaks.
 
 use super::claim_def::{ClaimDef, Scope};
 use super::compare::{RegimeData, ci, name, not_measured, reward_gain, twins};
@@ -103,5 +104,81 @@ pub(super) fn replay_line(md: &mut String, r: &Regime) -> Result<()> {
         g.seeds
     )?;
     md.push_str(&line);
+    Ok(())
+}
+
+/// (n)
+pub(super) const LEADERBOARD: ClaimDef = ClaimDef {
+    heading: "**(n) Where GRPO without replay breaks, each fix does better** (C2 for R2; the fixes the field uses for the rest): per seed, the final greedy eval accuracy on the held-out prompts of each arm minus GRPO's, in the regimes that have a control, one Holm family.",
+    scope: Scope::PerRegime(leaderboard),
+    context: leaderboard_line,
+};
+
+/// (n) every other MoE arm of a regime with a control minus GRPO without replay (default
+/// settings), on the final greedy eval accuracy (primary, claimed > 0, δ = 0.05); the cells
+/// with a token-ratio explosion and with a collapse, GRPO minus the arm (secondary).
+pub(super) fn leaderboard(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()> {
+    if !r.has_control {
+        return Ok(());
+    }
+    let Some(g) = r.arms.grpo(RoutingMode::Native) else {
+        return Ok(());
+    };
+    let fixes = r
+        .arms
+        .arms
+        .iter()
+        .filter(|(a, id)| a.name != g.name && id.ffn == crate::model::FfnKind::Moe)
+        .map(|(a, _)| a);
+    for fix in fixes {
+        out.push(
+            Endpoint::new(
+                Claim::FixLeaderboard,
+                r.name,
+                format!("final greedy eval accuracy, {} − {}", name(fix), name(g)),
+                Scale::Difference,
+                Claimed::Greater,
+            )
+            .pair(g, fix, "final_eval"),
+        );
+        for (what, metric) in [
+            ("cells with a token-ratio explosion", "ratio_explosion"),
+            ("cells with a collapse", "collapsed"),
+        ] {
+            out.push(
+                Endpoint::new(
+                    Claim::FixLeaderboard,
+                    r.name,
+                    format!("{what}, {} − {}", name(g), name(fix)),
+                    Scale::Difference,
+                    Claimed::Greater,
+                )
+                .margin(0.5)
+                .secondary()
+                .pair(fix, g, metric),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// (n): the arms' final eval accuracies, best first.
+pub(super) fn leaderboard_line(md: &mut String, r: &Regime) -> Result<()> {
+    if r.control.is_none() {
+        return Ok(());
+    }
+    let mut arms: Vec<&ArmSummary> = r.arms.arms.iter().map(|(a, _)| a).collect();
+    arms.sort_by(|a, b| b.final_eval.mean.total_cmp(&a.final_eval.mean));
+    let list: Vec<String> = arms
+        .iter()
+        .map(|a| format!("{} {}", n(a), ci(&a.final_eval)))
+        .collect();
+    writeln!(
+        md,
+        "- `{}` (control `{}`): final greedy eval accuracy, best first: {}.",
+        r.name,
+        r.control.as_deref().unwrap_or(""),
+        list.join("; ")
+    )?;
     Ok(())
 }

@@ -66,6 +66,7 @@ fn the_beyond_two_share_is_compared_by_difference_and_seeds_with_any() {
         same: &[],
         mismatch: true,
         claims: &[Claim::ExtremeShare],
+        has_control: false,
     };
     let mut out = Vec::new();
     extreme(&r, &mut out).unwrap();
@@ -115,6 +116,7 @@ fn identical_arms_are_out_of_holms_family() {
         same: &same,
         mismatch: false,
         claims: &[Claim::Replay],
+        has_control: false,
     };
     let g = &arms.arms[0].0;
     let r3 = &arms.arms[1].0;
@@ -146,6 +148,7 @@ fn identical_arms_are_out_of_holms_family() {
         same: &same,
         mismatch: true,
         claims: &[Claim::ExtremeShare],
+        has_control: false,
     };
     let eps = declare(&r).unwrap();
     let r3_vs_native: Vec<_> = eps.iter().filter(|e| e.what.contains("grpo_r3")).collect();
@@ -155,4 +158,28 @@ fn identical_arms_are_out_of_holms_family() {
         eps.iter().any(|e| e.primary && e.what.contains("dense")),
         "MoE vs dense stays in the family"
     );
+}
+
+/// (n) makes one primary per MoE arm against GRPO without replay, only in a regime with a
+/// control; the dense control is not a fix.
+#[test]
+fn the_leaderboard_compares_every_moe_fix_with_grpo_where_a_control_exists() {
+    let (arms, empty) = arms_and_frames("final_eval");
+    let mut r = RegimeData {
+        name: "stale4_d20",
+        arms: &arms,
+        frames: &empty,
+        same: &[],
+        mismatch: false,
+        claims: &[Claim::FixLeaderboard],
+        has_control: true,
+    };
+    let eps = declare(&r).unwrap();
+    let primary: Vec<_> = eps.iter().filter(|e| e.primary).collect();
+    assert_eq!(primary.len(), 1, "grpo_r3 only");
+    assert!(primary[0].what.contains("`grpo_r3` − `grpo`"));
+    assert_eq!(primary[0].est.as_ref().unwrap().diffs, vec![-1e-4, -3e-5]);
+    assert_eq!(eps.len(), 3, "and two secondaries");
+    r.has_control = false;
+    assert!(declare(&r).unwrap().is_empty());
 }
