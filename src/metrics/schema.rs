@@ -182,6 +182,18 @@ const DRIFT_EXPERT_FRAC: Col = f(
     "drift_expert_frac",
     "share of activated expert slots that changed in the update (probe after the step vs the update forward)",
 );
+const ROUTER_TOPK_MASS: Col = f(
+    "router_topk_mass",
+    "mean over tokens of the router probability mass of the k most likely experts, before the step",
+);
+const ROUTER_TOPK_GAP: Col = f(
+    "router_topk_gap",
+    "mean over tokens of ln p_k − ln p_(k+1), the k-th and (k+1)-th router probabilities before the step (the logit gap for softmax)",
+);
+const ROUTER_NEAR_TIE: Col = f(
+    "router_near_tie_frac",
+    "share of tokens whose ln p_k − ln p_(k+1) is below 0.1 nats, before the step",
+);
 const DRIFT_TOKEN_FRAC: Col = f(
     "drift_token_frac",
     "share of tokens whose expert set changed",
@@ -291,18 +303,9 @@ pub static UPDATES: FrameSchema = FrameSchema {
         ),
         DRIFT_SINCE_ROLLOUT,
         ROUTER_JS,
-        f(
-            "router_topk_mass",
-            "mean over tokens of the router probability mass of the k most likely experts, before the step",
-        ),
-        f(
-            "router_topk_gap",
-            "mean over tokens of ln p_k − ln p_(k+1), the k-th and (k+1)-th router probabilities before the step (the logit gap for softmax)",
-        ),
-        f(
-            "router_near_tie_frac",
-            "share of tokens whose ln p_k − ln p_(k+1) is below 0.1 nats, before the step",
-        ),
+        ROUTER_TOPK_MASS,
+        ROUTER_TOPK_GAP,
+        ROUTER_NEAR_TIE,
         f(
             "drift_bias_expert_frac",
             "sigmoid_bias router: share of activated expert slots the bias update alone changed \
@@ -326,18 +329,9 @@ pub static LAYERS: FrameSchema = FrameSchema {
             "router_entropy",
             "mean entropy of the router distribution before the step",
         ),
-        f(
-            "router_topk_mass",
-            "mean over tokens of the router probability mass of the k most likely experts, before the step",
-        ),
-        f(
-            "router_topk_gap",
-            "mean over tokens of ln p_k − ln p_(k+1), the k-th and (k+1)-th router probabilities before the step (the logit gap for softmax)",
-        ),
-        f(
-            "router_near_tie_frac",
-            "share of tokens whose ln p_k − ln p_(k+1) is below 0.1 nats, before the step",
-        ),
+        ROUTER_TOPK_MASS,
+        ROUTER_TOPK_GAP,
+        ROUTER_NEAR_TIE,
         f(
             "load_max_violation",
             "max_e load_e / uniform − 1 of the update forward's routes",

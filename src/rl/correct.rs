@@ -62,6 +62,25 @@ pub struct Corrected {
     pub opsm: Option<Vec<bool>>,
 }
 
+impl Corrected {
+    /// Multiply each token's weight by its ratio exp(x) (x clamped to ±20) when `x` is in the
+    /// band, set it to 0 otherwise; returns the tokens masked.
+    fn band(&mut self, x: &[f64], low: f64, high: f64) -> Vec<bool> {
+        x.iter()
+            .zip(self.weight.iter_mut())
+            .map(|(&x, w)| {
+                let keep = in_band(x, low, high);
+                *w = if keep {
+                    *w * x.clamp(-LOG_BOUND, LOG_BOUND).exp() as f32
+                } else {
+                    0.0
+                };
+                !keep
+            })
+            .collect()
+    }
+}
+
 /// Kept when `ln low ≤ x ≤ ln high` (x a log-ratio; `low = 0` has no lower bound).
 fn in_band(x: f64, low: f64, high: f64) -> bool {
     (low == 0.0 || x >= low.ln()) && x <= high.ln()
@@ -99,16 +118,7 @@ impl<'a> Corrections<'a> {
             ..Corrected::default()
         };
         if let Some(c) = self.icepop {
-            let mut masked = vec![false; n];
-            for (t, &x) in engine.iter().enumerate() {
-                if in_band(x, c.low, c.high) {
-                    out.weight[t] *= x.clamp(-LOG_BOUND, LOG_BOUND).exp() as f32;
-                } else {
-                    out.weight[t] = 0.0;
-                    masked[t] = true;
-                }
-            }
-            out.icepop = Some(masked);
+            out.icepop = Some(out.band(&engine, c.low, c.high));
         }
         if let Some(c) = self.mis {
             let per_seq = |mean: bool| -> Vec<f64> {
@@ -128,17 +138,11 @@ impl<'a> Corrections<'a> {
                 MisLevel::Sequence => Some(per_seq(false)),
                 MisLevel::Geometric => Some(per_seq(true)),
             };
-            let mut masked = vec![false; n];
-            for t in 0..n {
-                let x = seq.as_ref().map_or(engine[t], |s| s[batch.seg[t]]);
-                if in_band(x, c.low, c.high) {
-                    out.weight[t] *= x.clamp(-LOG_BOUND, LOG_BOUND).exp() as f32;
-                } else {
-                    out.weight[t] = 0.0;
-                    masked[t] = true;
-                }
-            }
-            out.mis = Some(masked);
+            let x: Vec<f64> = match &seq {
+                None => engine.clone(),
+                Some(s) => batch.seg.iter().map(|&i| s[i]).collect(),
+            };
+            out.mis = Some(out.band(&x, c.low, c.high));
         }
         if let (Some(c), Some(logp)) = (self.opsm, logp) {
             let mut div = vec![0f64; batch.n_resp()];

@@ -14,6 +14,29 @@ use anyhow::Result;
 use polars::prelude::*;
 use std::collections::BTreeMap;
 
+/// A guide slope `y ∝ x^beta` through the middle point of `s` (an end point can hold a
+/// degenerate variance, ~1e-38), drawn dashed at every x of `s` so that it bends as it should
+/// on a linear x axis.
+fn guide(
+    s: &crate::report::charts::Series,
+    beta: f64,
+    name: &str,
+    color: usize,
+) -> Option<crate::report::charts::Series> {
+    let (x0, y0) = *s.points.get(s.points.len() / 2)?;
+    Some(crate::report::charts::Series {
+        name: name.into(),
+        points: s
+            .points
+            .iter()
+            .map(|&(x, _)| (x, y0 * (x / x0).powf(beta)))
+            .collect(),
+        band: Vec::new(),
+        dashed: true,
+        color: Some(color),
+    })
+}
+
 /// Var(Σ_t log w) and Var(mean_t log w) per length bin: per seed the mean over the regime's
 /// distinct arms of each cell's pooled bin variance, then mean ± 95% band over seeds.
 pub(super) fn variance_by_length(f: &RunFrames, same: &[Vec<String>]) -> Result<LineChart> {
@@ -64,23 +87,7 @@ pub(super) fn variance_by_length(f: &RunFrames, same: &[Vec<String>]) -> Result<
         s.band.iter_mut().for_each(|b| b.0 = x(b.0));
     }
     // Guide slopes of independent token log-ratios: Var(Σ) ∝ length (β = 1), Var(mean) ∝
-    // 1/length (β = −1), each through its curve's first point.
-    let guide = |s: &crate::report::charts::Series, beta: f64, name: &str, color: usize| {
-        // Through the middle bin: an end bin can hold a degenerate variance (~1e-38).
-        let (x0, y0) = *s.points.get(s.points.len() / 2)?;
-        Some(crate::report::charts::Series {
-            name: name.into(),
-            // At every bin, so that the curve is drawn as it bends on the linear x axis.
-            points: s
-                .points
-                .iter()
-                .map(|&(x, _)| (x, y0 * (x / x0).powf(beta)))
-                .collect(),
-            band: Vec::new(),
-            dashed: true,
-            color: Some(color),
-        })
-    };
+    // 1/length (β = −1).
     let guides: Vec<_> = [
         guide(&tok, 1.0, "guide: ∝ length (independent tokens, β = 1)", 0),
         guide(
@@ -142,20 +149,6 @@ pub(super) fn variance_by_prefix(f: &RunFrames, same: &[Vec<String>]) -> Result<
         "Var(S_ℓ / ℓ): the length-normalised ratio",
         &per(Prefix::mean_var),
     );
-    let guide = |s: &crate::report::charts::Series, beta: f64, name: &str, color: usize| {
-        let (x0, y0) = *s.points.get(s.points.len() / 2)?;
-        Some(crate::report::charts::Series {
-            name: name.into(),
-            points: s
-                .points
-                .iter()
-                .map(|&(x, _)| (x, y0 * (x / x0).powf(beta)))
-                .collect(),
-            band: Vec::new(),
-            dashed: true,
-            color: Some(color),
-        })
-    };
     let guides: Vec<_> = [
         guide(&sum, 1.0, "guide: ∝ ℓ (β = 1)", 0),
         guide(&mean, -1.0, "guide: ∝ 1/ℓ (β = −1)", 2),
