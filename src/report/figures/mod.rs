@@ -83,7 +83,8 @@ fn event_markers(f: &RunFrames, multi: bool, reward: &[Series]) -> Result<Vec<Ma
 
 /// Drift in the three units papers use (slots, routers, tokens with any layer changed), per
 /// update and — where the regime has a mismatch — between the rollout engine and π_old: per
-/// seed the mean over the regime's distinct MoE arms, then mean and 95% interval over seeds,
+/// seed the mean over the regime's distinct MoE arms (a dense arm's drift is 0 by
+/// construction), then mean and 95% interval over seeds,
 /// with the papers' values in the same unit. `None` for a run whose frames lack the columns.
 fn drift_units(r: &Regime) -> Result<Option<BarChart>> {
     let f = &r.frames;
@@ -110,7 +111,12 @@ fn drift_units(r: &Regime) -> Result<Option<BarChart>> {
     for (label, df, c) in wanted {
         let mut per_seed: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
         for (arm, seeds) in seed_means(df, c)? {
-            if crate::report::identical::is_repeat(&r.same, &arm) {
+            let moe = r
+                .arms
+                .arms
+                .iter()
+                .any(|(a, id)| a.name == arm && id.ffn == crate::model::FfnKind::Moe);
+            if !moe || crate::report::identical::is_repeat(&r.same, &arm) {
                 continue;
             }
             for (i, v) in seeds.iter().enumerate().filter(|(_, v)| v.is_finite()) {
