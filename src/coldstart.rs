@@ -112,6 +112,17 @@ pub struct ColdStart {
     pub losses: Vec<f32>,
     pub from_cache: bool,
     pub seconds: f64,
+    /// The build (commit) that trained it: this binary's for a fresh one, the one its cache
+    /// entry records for a cached one (`None` for entries written before builds were recorded).
+    /// The cache key does not hold it: a cached cold start from another build is reused, and
+    /// the load message says which build trained it.
+    pub build: Option<String>,
+}
+
+/// The commit this binary was built from (see `build.rs`), if known.
+fn this_build() -> Option<String> {
+    let c = env!("DRIFTLAB_BUILD_COMMIT");
+    (!c.is_empty()).then(|| c.to_string())
 }
 
 /// Cache key: a stable hash of everything that determines the checkpoint.
@@ -301,6 +312,7 @@ pub fn train(
         accuracy,
         losses,
         from_cache: false,
+        build: this_build(),
         seconds: started.elapsed().as_secs_f64(),
     })
 }
@@ -324,6 +336,9 @@ struct CacheMeta {
     steps: usize,
     accuracy: EvalAccuracy,
     seconds: f64,
+    /// The build that trained it (absent in entries written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    build: Option<String>,
 }
 
 /// The cached cold start for these settings, if one is cached; never trains (a benchmark of a
@@ -361,6 +376,7 @@ fn load_cached(path: &Path, model_cfg: &ModelConfig, device: &Device) -> Option<
             losses: Vec::new(),
             from_cache: true,
             seconds: meta.seconds,
+            build: meta.build,
         }),
         Err(e) => {
             eprintln!(
@@ -389,8 +405,13 @@ pub fn load_or_train(
     let key = cache_key(model_cfg, &task.cfg, cs, seed);
     let path = cache_path(cache_dir, &key);
     if let Some(c) = load_cached(&path, model_cfg, device) {
+        let by = match (&c.build, this_build()) {
+            (Some(b), Some(t)) if *b == t => String::new(),
+            (Some(b), _) => format!(", trained by build {b}"),
+            (None, _) => ", trained by an unrecorded build".into(),
+        };
         progress.note(&format!(
-            "{}: loaded from {} (sampled accuracy {:.3})",
+            "{}: loaded from {} (sampled accuracy {:.3}{by})",
             label(model_cfg, seed),
             path.display(),
             c.accuracy.sampled
@@ -425,6 +446,7 @@ pub fn load_or_train(
         steps: cs_out.steps,
         accuracy: cs_out.accuracy,
         seconds: cs_out.seconds,
+        build: cs_out.build.clone(),
     };
     // The weights last: a reader that sees them sees their metadata.
     write_json(&path.with_extension("json"), &meta)?;
@@ -462,5 +484,22 @@ mod tests {
             cache_key(&model, &task, &cs, 0),
             cache_key(&model, &task, &drawn, 0)
         );
+    }
+}
+
+#[cfg(test)]
+mod cache_meta_tests {
+    use super::CacheMeta;
+
+    /// A cache entry written before builds were recorded still reads (its build unknown); a new
+    /// one records the build.
+    #[test]
+    fn old_cache_entries_read_with_an_unknown_build() {
+        let old = r#"{"steps": 300, "accuracy": {"sampled": 0.4, "greedy": 0.5}, "seconds": 1.0}"#;
+        let m: CacheMeta = serde_json::from_str(old).unwrap();
+        assert_eq!((m.steps, m.build), (300, None));
+        let new = r#"{"steps": 1, "accuracy": {"sampled": 0.4, "greedy": 0.5}, "seconds": 1.0, "build": "abc"}"#;
+        let m: CacheMeta = serde_json::from_str(new).unwrap();
+        assert_eq!(m.build.as_deref(), Some("abc"));
     }
 }
