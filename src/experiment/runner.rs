@@ -10,9 +10,9 @@ use crate::coldstart::{ColdStart, load_or_train};
 use crate::generate::Sampling;
 use crate::metrics::collapse::{CollapseDetector, StepSignals};
 use crate::metrics::frames::Frames;
+use crate::metrics::responses::{length_rows, prefix_rows};
 use crate::metrics::rows::{
-    CellId, Shape, StepMeasures, event_row, layer_rows, length_rows, prefix_rows, ratio_tok_max,
-    step_row, update_row,
+    CellId, Shape, StepMeasures, event_row, layer_rows, ratio_tok_max, step_row, update_row,
 };
 use crate::rl::{StepOutput, Trainer};
 use crate::task::Task;

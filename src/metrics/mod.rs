@@ -4,5 +4,6 @@ pub mod collapse;
 pub mod drift;
 pub mod frames;
 pub mod ratio;
+pub mod responses;
 pub mod rows;
 pub mod schema;

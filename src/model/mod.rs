@@ -9,6 +9,7 @@ pub mod fused;
 #[cfg(feature = "flex")]
 pub mod host_mm;
 pub mod moe;
+pub mod routes;
 #[cfg(feature = "flex")]
 pub mod silu_node;
 pub mod weights;

@@ -8,13 +8,12 @@
 //! router keeps receiving gradient under replay.
 
 use super::config::{ModelConfig, RouterKind};
+use super::routes::used_ids;
+pub use super::routes::{NO_ROUTE, native_topk};
 use super::weights::{MoeWeights, SwiGlu};
 use crate::util::tensors::softmax;
 use crate::util::tensors::{floats, ints, to_vec};
 use burn::tensor::{IndexingUpdateOp, Tensor};
-
-/// Marks a forced slot as "no route recorded here: use the native choice".
-pub const NO_ROUTE: u16 = u16::MAX;
 
 /// What one MoE layer routed, on the host.
 #[derive(Clone, Debug, PartialEq)]
@@ -89,20 +88,6 @@ pub fn load_balance_part(p_sum: Tensor<2>, f: &[f32], n_active: usize) -> Tensor
     let device = p_sum.device();
     let p_mean = p_sum / n_active as f32; // [1, E]
     (p_mean * floats(f.to_vec(), [1, e_n], &device)).sum() * e_n as f32
-}
-
-/// Native top-k of each row of `probs` (`[tokens, n_experts]`): descending probability, ties to
-/// the lower expert id, so the choice is deterministic.
-pub fn native_topk(probs: &[f32], n_experts: usize, k: usize) -> Vec<u16> {
-    let mut out = Vec::with_capacity(probs.len() / n_experts * k);
-    let mut order: Vec<usize> = Vec::with_capacity(n_experts);
-    for row in probs.chunks_exact(n_experts) {
-        order.clear();
-        order.extend(0..n_experts);
-        order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
-        out.extend(order[..k].iter().map(|&e| e as u16));
-    }
-    out
 }
 
 /// One SwiGLU on `x` `[n, d_model]` → `[n, d_model]`.
@@ -288,68 +273,6 @@ fn native_choice(
     native_topk(&scores, e_n, k)
 }
 
-/// The expert ids that run: the native ones, with `forced` rows (replay) put in their place;
-/// with a `filter` `(ratio, scores [T, E])`, a forced expert scoring below `ratio` × the weakest
-/// native score of its token is replaced by the first native experts the row lacks (prime-rl's
-/// `_filter_replayed_experts`). Also returns the forced slots and how many were replaced.
-fn used_ids(
-    native: &[u16],
-    forced: Option<&[u16]>,
-    (t, k, e_n): (usize, usize, usize),
-    filter: Option<(f32, &[f32])>,
-) -> (Vec<u16>, usize, usize) {
-    let Some(f) = forced else {
-        return (native.to_vec(), 0, 0);
-    };
-    assert_eq!(
-        f.len(),
-        t * k,
-        "forced routes have {} slots, expected {}",
-        f.len(),
-        t * k
-    );
-    let mut used = native.to_vec();
-    let (mut slots, mut replaced) = (0, 0);
-    for tok in 0..t {
-        let row = &f[tok * k..(tok + 1) * k];
-        if row.iter().all(|&e| e == NO_ROUTE) {
-            continue;
-        }
-        slots += k;
-        for (j, &e) in row.iter().enumerate() {
-            assert!(
-                (e as usize) < e_n,
-                "forced expert id {e} out of range 0..{e_n}"
-            );
-            used[tok * k + j] = e;
-        }
-        let Some((ratio, scores)) = filter else {
-            continue;
-        };
-        let live = &native[tok * k..(tok + 1) * k];
-        let score = |e: u16| scores[tok * e_n + e as usize];
-        let floor = ratio * live.iter().map(|&e| score(e)).fold(f32::INFINITY, f32::min);
-        let out = &mut used[tok * k..(tok + 1) * k];
-        let mut empty: Vec<usize> = Vec::new();
-        for (j, e) in out.iter_mut().enumerate() {
-            if score(*e) < floor {
-                *e = NO_ROUTE;
-                empty.push(j);
-            }
-        }
-        replaced += empty.len();
-        let mut fill = empty.into_iter();
-        for &c in live {
-            if out.contains(&c) {
-                continue;
-            }
-            let Some(j) = fill.next() else { break };
-            out[j] = c;
-        }
-    }
-    (used, slots, replaced)
-}
-
 /// Sparse dispatch: per-expert token lists over the active tokens, each expert's SwiGLU on its
 /// tokens times their gates (the live router scores at the `used` ids — probabilities, or
 /// sigmoid affinities — renormalised over the k when `norm_topk`), added back in place.
@@ -475,36 +398,4 @@ fn load_terms(
 pub fn active_mask(active: &[bool], device: &burn::tensor::Device) -> Tensor<2> {
     let v: Vec<f32> = active.iter().map(|&a| if a { 1.0 } else { 0.0 }).collect();
     floats(v, [active.len(), 1], device)
-}
-
-#[cfg(test)]
-mod replay_filter_tests {
-    use super::*;
-
-    /// prime-rl's filter by hand: 4 experts, top-2. Token 0: live top-2 (2, 0) with scores 0.4
-    /// and 0.3, replayed (1, 0); expert 1 scores 0.1 < 0.5 × 0.3, so it is replaced by the
-    /// first live expert the row lacks, 2. Token 1: replayed (3, 1) both above the floor, kept.
-    /// Token 2 has no recorded route (native). Ratio 0 (no filter) replays verbatim.
-    #[test]
-    fn a_replayed_expert_below_the_floor_is_replaced_by_the_live_choice() {
-        let native = [2u16, 0, 1, 3, 0, 1];
-        let forced = [1u16, 0, 3, 1, NO_ROUTE, NO_ROUTE];
-        let scores = [
-            0.3f32, 0.1, 0.4, 0.2, // token 0
-            0.1, 0.3, 0.1, 0.5, // token 1: live (1, 3) → floor 0.5 × 0.3
-            0.4, 0.3, 0.2, 0.1, // token 2
-        ];
-        let (used, slots, replaced) =
-            used_ids(&native, Some(&forced), (3, 2, 4), Some((0.5, &scores)));
-        assert_eq!(used, vec![2, 0, 3, 1, 0, 1]);
-        assert_eq!((slots, replaced), (4, 1));
-        let (plain, slots, replaced) = used_ids(&native, Some(&forced), (3, 2, 4), None);
-        assert_eq!(plain, vec![1, 0, 3, 1, 0, 1]);
-        assert_eq!((slots, replaced), (4, 0));
-        // Ratio 1: only replayed experts at least as strong as the weakest live one stay.
-        let (strict, _, replaced) =
-            used_ids(&native, Some(&forced), (3, 2, 4), Some((1.0, &scores)));
-        assert_eq!(strict, vec![2, 0, 3, 1, 0, 1]);
-        assert_eq!(replaced, 1);
-    }
 }

@@ -36,7 +36,31 @@
 //!   documentation suggests (slime's default is 1e-4).
 
 use crate::rl::config::{IcePopConfig, MisConfig, MisLevel, OpsmConfig, RlConfig};
-use crate::rl::loss::PolicyBatch;
+use crate::rl::loss::{LossStats, PolicyBatch, policy_loss};
+
+/// The skip reason of a minibatch whose every token the masking corrections masked.
+pub const ALL_MASKED: &str = "every token masked by the corrections";
+
+/// The objective's loss on `pb` with the masking corrections' weights (set on `pb`) and what
+/// they masked in its statistics.
+pub(super) fn corrected_loss(
+    cfg: &RlConfig,
+    pb: &mut PolicyBatch,
+) -> (burn::tensor::Tensor<1>, LossStats) {
+    let corrections = Corrections::of(cfg);
+    // OPSM reads π_θ at the current parameters: one more host copy, only when it is on.
+    let logp_now = corrections.opsm.map(|_| pb.logp_host());
+    let corrected = corrections.weights(pb, logp_now.as_deref());
+    pb.corr = corrected.as_ref().map(|c| c.weight.clone());
+    let (ploss, mut stats) = policy_loss(&cfg.algorithm, pb, cfg.tis.as_ref());
+    if let Some(c) = corrected {
+        stats.icepop_masked = c.icepop;
+        stats.mis_masked = c.mis;
+        stats.opsm_masked = c.opsm;
+        stats.all_masked = c.weight.iter().all(|&w| w == 0.0);
+    }
+    (ploss, stats)
+}
 
 /// verl's `SAFETY_BOUND`: log-ratios are clamped to ±20 before `exp`.
 const LOG_BOUND: f64 = 20.0;

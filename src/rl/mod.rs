@@ -5,6 +5,7 @@ pub mod algorithm;
 pub mod config;
 pub mod correct;
 pub mod drift;
+pub mod fix_settings;
 pub mod loss;
 pub mod micro;
 mod old;

@@ -4,9 +4,9 @@
 
 use super::advantage::advantages;
 use super::config::{DriftInjection, OldLogp, RlConfig, RoutingMode};
-use super::correct::Corrections;
+use super::correct::corrected_loss;
 use super::drift::{DriftWalk, calibrate_sigma};
-use super::loss::{LossStats, PolicyBatch, policy_loss};
+use super::loss::PolicyBatch;
 use super::micro::{Accumulated, Batch, MicroForward, accumulate, concat_layers, micro_share};
 use super::old::{LayerRoutes, OldPolicy, native_and_probs, old_policy, routing};
 use super::predictor::Predictor;
@@ -23,24 +23,6 @@ use anyhow::{Result, bail};
 use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
 use std::time::Instant;
-
-/// The objective's loss on `pb` with the masking corrections' weights (set on `pb`) and what
-/// they masked in its statistics.
-fn corrected_loss(cfg: &RlConfig, pb: &mut PolicyBatch) -> (burn::tensor::Tensor<1>, LossStats) {
-    let corrections = Corrections::of(cfg);
-    // OPSM reads π_θ at the current parameters: one more host copy, only when it is on.
-    let logp_now = corrections.opsm.map(|_| pb.logp_host());
-    let corrected = corrections.weights(pb, logp_now.as_deref());
-    pb.corr = corrected.as_ref().map(|c| c.weight.clone());
-    let (ploss, mut stats) = policy_loss(&cfg.algorithm, pb, cfg.tis.as_ref());
-    if let Some(c) = corrected {
-        stats.icepop_masked = c.icepop;
-        stats.mis_masked = c.mis;
-        stats.opsm_masked = c.opsm;
-        stats.all_masked = c.weight.iter().all(|&w| w == 0.0);
-    }
-    (ploss, stats)
-}
 
 /// One PR² step on minibatch `m`: per layer, the token-weighted mean over its micro-batches of
 /// KL(live router ‖ prediction) and its gradient, then Adam. Returns the loss summed over
@@ -82,8 +64,7 @@ fn train_predictor(
     loss
 }
 
-/// The skip reason of a minibatch whose every token the masking corrections masked.
-pub const ALL_MASKED: &str = "every token masked by the corrections";
+pub use super::correct::ALL_MASKED;
 
 /// An RL cell's trainer: the policy, its optimizer, the frozen reference and the RNG streams.
 pub struct Trainer {
