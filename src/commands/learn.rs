@@ -50,7 +50,7 @@ pub struct LearnArgs {
     pub icepop: bool,
     /// Masked importance sampling at this level (token, sequence or geometric; default band
     /// [0, 3]).
-    #[arg(long, value_parser = parse_mis_level)]
+    #[arg(long)]
     pub mis: Option<MisLevel>,
     /// Off-policy sequence masking at the default threshold (0.5).
     #[arg(long)]
@@ -65,11 +65,6 @@ pub struct LearnArgs {
     /// Cache directory of cold starts.
     #[arg(long, default_value = crate::util::io::DEFAULT_CACHE_DIR)]
     pub cache_dir: PathBuf,
-}
-
-fn parse_mis_level(s: &str) -> std::result::Result<MisLevel, String> {
-    serde_json::from_value(serde_json::Value::String(s.into()))
-        .map_err(|_| format!("unknown MIS level '{s}' (token, sequence or geometric)"))
 }
 
 /// How a learn line names what ran: objective, routing mode and the settings that differ from
@@ -95,13 +90,7 @@ fn label(a: &LearnArgs) -> String {
         s += " +icepop";
     }
     if let Some(l) = a.mis {
-        s += &format!(
-            " +mis={}",
-            serde_json::to_value(l)
-                .unwrap_or_default()
-                .as_str()
-                .unwrap_or("?")
-        );
+        s += &format!(" +mis={l}");
     }
     if a.opsm {
         s += " +opsm";

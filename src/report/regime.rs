@@ -30,6 +30,22 @@ pub struct Regime {
     pub map: Option<crate::experiment::MapAt>,
 }
 
+impl Regime {
+    /// The MoE arms of this regime, each group of identical arms once (a dense arm has no
+    /// routes, so its drift is 0 by construction).
+    pub fn distinct_moe(&self) -> Vec<&super::summary::ArmSummary> {
+        self.arms
+            .arms
+            .iter()
+            .filter(|(a, id)| {
+                id.ffn == crate::model::FfnKind::Moe
+                    && !super::identical::is_repeat(&self.same, &a.name)
+            })
+            .map(|(a, _)| a)
+            .collect()
+    }
+}
+
 /// Every regime of the run, with its arms.
 pub fn regimes_of(f: &RunFrames, info: &RunInfo) -> Result<Vec<Regime>> {
     let regs = regimes(&f.steps);

@@ -105,9 +105,9 @@ impl Corrected {
     }
 }
 
-/// Kept when `ln low ≤ x ≤ ln high` (x a log-ratio; `low = 0` has no lower bound).
+/// Kept when `ln low ≤ x ≤ ln high` (x a log-ratio; `low = 0` has no lower bound: ln 0 = −∞).
 fn in_band(x: f64, low: f64, high: f64) -> bool {
-    (low == 0.0 || x >= low.ln()) && x <= high.ln()
+    x >= low.ln() && x <= high.ln()
 }
 
 impl<'a> Corrections<'a> {

@@ -56,14 +56,19 @@ impl Default for IcePopConfig {
     }
 }
 
-/// What MIS's engine ratio is taken over.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MisLevel {
-    Token,
-    #[default]
-    Sequence,
-    Geometric,
+crate::named_enum! {
+    /// What MIS's engine ratio is taken over.
+    pub enum MisLevel("MIS level") {
+        Token = "token",
+        Sequence = "sequence",
+        Geometric = "geometric",
+    }
+}
+
+impl Default for MisLevel {
+    fn default() -> Self {
+        MisLevel::Sequence
+    }
 }
 
 /// Masked importance sampling: the engine ratio at `level`, kept as the weight inside

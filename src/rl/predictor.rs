@@ -79,7 +79,7 @@ impl Predictor {
         let scores: Vec<f32> = probs_old
             .iter()
             .zip(&delta)
-            .map(|(&p, &x)| if x == 0.0 { p } else { p * x.exp() })
+            .map(|(&p, &x)| p * x.exp())
             .collect();
         native_topk(&scores, self.e, self.k)
     }

@@ -4,7 +4,6 @@ use super::claim_def::{ClaimDef, Scope};
 use super::compare::{RegimeData, ci, name, seeds_of};
 use crate::experiment::Claim;
 use crate::metrics::frames::f64_col;
-use crate::model::FfnKind;
 use crate::report::endpoints::{Claimed, EXPONENT_MARGIN, Endpoint};
 use crate::report::paired::Scale;
 use crate::report::regime::Regime;
@@ -55,12 +54,9 @@ pub(super) fn share(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()> {
 /// (a): the share of activated experts that change per update.
 pub(super) fn share_line(md: &mut String, r: &Regime) -> Result<()> {
     let moe: Vec<&ArmSummary> = r
-        .arms
-        .arms
-        .iter()
-        .filter(|(a, id)| id.ffn == FfnKind::Moe && a.m("drift_expert_frac").mean.is_finite())
-        .filter(|(a, _)| !crate::report::identical::is_repeat(&r.same, &a.name))
-        .map(|(a, _)| a)
+        .distinct_moe()
+        .into_iter()
+        .filter(|a| a.m("drift_expert_frac").mean.is_finite())
         .collect();
     let all = mean_ci(
         &moe.iter()
@@ -86,15 +82,7 @@ fn cell_means(df: &DataFrame, cols: &[&str], r: &Regime) -> Result<Vec<Option<f6
     if df.height() == 0 || cols.iter().any(|c| df.column(c).is_err()) {
         return Ok(vec![None; cols.len()]);
     }
-    let moe: Vec<String> = r
-        .arms
-        .arms
-        .iter()
-        .filter(|(a, id)| {
-            id.ffn == FfnKind::Moe && !crate::report::identical::is_repeat(&r.same, &a.name)
-        })
-        .map(|(a, _)| a.name.clone())
-        .collect();
+    let moe: Vec<String> = r.distinct_moe().iter().map(|a| a.name.clone()).collect();
     let Some(keep) = moe
         .iter()
         .map(|a| col("arm").eq(lit(a.clone())))

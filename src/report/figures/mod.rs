@@ -107,16 +107,12 @@ fn drift_units(r: &Regime) -> Result<Option<BarChart>> {
     if r.mismatch && mis.iter().all(|(_, c)| has(&f.steps, c)) {
         wanted.extend(mis.iter().map(|&(l, c)| (l, &f.steps, c)));
     }
+    let moe: Vec<&str> = r.distinct_moe().iter().map(|a| a.name.as_str()).collect();
     let mut bars = Vec::new();
     for (label, df, c) in wanted {
         let mut per_seed: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
         for (arm, seeds) in seed_means(df, c)? {
-            let moe = r
-                .arms
-                .arms
-                .iter()
-                .any(|(a, id)| a.name == arm && id.ffn == crate::model::FfnKind::Moe);
-            if !moe || crate::report::identical::is_repeat(&r.same, &arm) {
+            if !moe.contains(&arm.as_str()) {
                 continue;
             }
             for (i, v) in seeds.iter().enumerate().filter(|(_, v)| v.is_finite()) {
