@@ -1,5 +1,5 @@
 //! `driftlab slim <dir>`: the committed form of a results folder. Drops the frame columns the
-//! report does not read (optimizer losses, gradient norms, ESS, timings, per-layer entropy and
+//! report does not read (optimizer losses, gradient norms, ESS, update timings, per-layer entropy and
 //! the like), so `driftlab report` on the slim folder writes the same summary, endpoints,
 //! figures and report.md as on the full one (tested), and records what it dropped in
 //! `config.json` under `slim`. That file is written without indentation, and its resolved
@@ -23,9 +23,6 @@ pub const UNREAD: &[(&str, &[&str])] = &[
             "load_max_violation",
             "dead_experts",
             "staleness",
-            "t_rollout",
-            "t_update",
-            "t_probe",
         ],
     ),
     (

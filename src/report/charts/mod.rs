@@ -5,6 +5,7 @@ mod axis;
 mod bar;
 mod forest;
 mod heatmap;
+mod leaderboard;
 mod line;
 mod map;
 
@@ -12,6 +13,7 @@ pub(crate) use axis::{YAxis, log_label, si_label, y_axis};
 pub use bar::{Bar, BarChart};
 pub use forest::{Forest, ForestRow};
 pub use heatmap::{HeatPanel, Heatmap};
+pub use leaderboard::{LeaderRow, Leaderboard};
 pub use map::{MapCell, MapPanel, StabilityMap};
 
 use anyhow::{Result, anyhow};

@@ -151,3 +151,49 @@ fn log_ticks_sit_at_round_values_labelled_truly() {
         ["0.1", "0.2", "0.5", "1", "2", "5", "10", "20", "50", "100"]
     );
 }
+
+/// The leaderboard's three panels, every arm's label, and "not kept" where a run's frames
+/// have no timings, all reach the SVG file.
+#[test]
+fn the_leaderboard_draws_all_three_panels_and_every_arm() {
+    let row = |label: &str, effect: Option<(f64, (f64, f64))>, secs: Option<f64>| LeaderRow {
+        label: label.into(),
+        effect,
+        tone: 2,
+        collapse: 0.25,
+        explosion: 0.5,
+        secs,
+    };
+    let board = Leaderboard {
+        title: "board".into(),
+        x_label: "arm − grpo".into(),
+        margin: 0.05,
+        rows: vec![
+            row("grpo_r2", Some((0.04, (0.01, 0.07))), Some(0.2)),
+            row("gspo", Some((-0.01, (-0.05, 0.03))), None),
+            row("grpo", None, Some(0.19)),
+        ],
+        tones: vec![
+            "holds".into(),
+            "does not hold".into(),
+            "inconclusive".into(),
+        ],
+    };
+    let svg = svg_of(&board);
+    for text in [
+        "effect vs the reference",
+        "cells that broke",
+        "cost in this run",
+        "grpo_r2",
+        "gspo",
+        "reference",
+        "not kept",
+        "0.20",
+        "inconclusive",
+    ] {
+        assert!(
+            svg.contains(text),
+            "{text} missing from the leaderboard SVG"
+        );
+    }
+}

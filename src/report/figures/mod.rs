@@ -15,6 +15,7 @@ use polars::prelude::DataFrame;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+mod leaderboard;
 mod panels;
 mod series;
 mod stability;
@@ -373,6 +374,10 @@ fn plots_in(pdir: &Path, r: &Regime, eps: &[&Endpoint]) -> Result<Vec<&'static s
     drift.save(pdir, "drift")?;
     let mut made: Vec<&'static str> = PLOTS.to_vec();
     optional_plots(pdir, r, &mut made)?;
+    if let Some(board) = leaderboard::leaderboard(r, eps)? {
+        board.save(pdir, "leaderboard")?;
+        made.insert(0, "leaderboard");
+    }
     // A KL is positive and spans decades across regimes: always a log axis.
     let (series, _) = band_chart(&curves(&f.steps, multi, "step", "mismatch_kl_k3")?, false);
     let mut mk = line(

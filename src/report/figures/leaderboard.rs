@@ -1,0 +1,119 @@
+//! The fix leaderboard of a regime with a control (claim (n)): each arm's paired effect on the
+//! final greedy eval accuracy against GRPO without replay, with its verdict, the share of its
+//! cells that collapsed or had a token-ratio explosion, and its median seconds per RL step in
+//! this run (where the frames keep the timings; cells ran side by side, so the costs compare
+//! arms within the run, not machines).
+
+use crate::experiment::Claim;
+use crate::metrics::frames::{f64_col, str_col};
+use crate::report::charts::{LeaderRow, Leaderboard};
+use crate::report::endpoints::{Endpoint, Verdict};
+use crate::report::regime::Regime;
+use anyhow::Result;
+use std::collections::BTreeMap;
+
+/// The tone of a verdict, as in the forest plot.
+fn tone(v: &Verdict) -> usize {
+    match v {
+        Verdict::Holds { .. } => 0,
+        Verdict::DoesNotHold => 1,
+        Verdict::Inconclusive { .. } => 2,
+        Verdict::Secondary => 3,
+        Verdict::Reversed => 4,
+    }
+}
+
+/// Median seconds per RL step of each arm (rollout + update + probe), from the steps frame;
+/// empty when the frame does not keep the timings (a slimmed run before they were kept).
+fn step_secs(r: &Regime) -> Result<BTreeMap<String, f64>> {
+    let s = &r.frames.steps;
+    let cols = ["t_rollout", "t_update", "t_probe"];
+    if s.height() == 0 || cols.iter().any(|c| s.column(c).is_err()) {
+        return Ok(BTreeMap::new());
+    }
+    let arm = str_col(s, "arm")?;
+    let t: Vec<Vec<Option<f64>>> = cols.iter().map(|c| f64_col(s, c)).collect::<Result<_>>()?;
+    let mut by: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for i in 0..arm.len() {
+        let parts: Option<Vec<f64>> = t.iter().map(|c| c[i]).collect();
+        if let Some(p) = parts {
+            by.entry(arm[i].clone()).or_default().push(p.iter().sum());
+        }
+    }
+    Ok(by
+        .into_iter()
+        .map(|(a, mut v)| {
+            v.sort_by(f64::total_cmp);
+            (a, v[v.len() / 2])
+        })
+        .collect())
+}
+
+/// The leaderboard of `r` from its (n) endpoints, best effect first, the reference arm last;
+/// `None` where the regime has none.
+pub(super) fn leaderboard(r: &Regime, eps: &[&Endpoint]) -> Result<Option<Leaderboard>> {
+    let mine: Vec<&Endpoint> = eps
+        .iter()
+        .copied()
+        .filter(|e| e.claim == Claim::FixLeaderboard && e.primary)
+        .collect();
+    let Some(reference) = mine
+        .iter()
+        .find_map(|e| e.arms.as_ref().map(|a| a.0.clone()))
+    else {
+        return Ok(None);
+    };
+    let secs = step_secs(r)?;
+    let share = |name: &str, metric: &str| -> f64 {
+        r.arms
+            .arms
+            .iter()
+            .find(|(a, _)| a.name == name)
+            .and_then(|(a, _)| a.per_seed.get(metric))
+            .filter(|v| !v.is_empty())
+            .map_or(0.0, |v| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let row = |name: &str, effect: Option<(f64, (f64, f64))>, tone: usize| LeaderRow {
+        label: name.to_string(),
+        effect,
+        tone,
+        collapse: share(name, "collapsed"),
+        explosion: share(name, "ratio_explosion"),
+        secs: secs.get(name).copied(),
+    };
+    let mut rows: Vec<LeaderRow> = mine
+        .iter()
+        .filter_map(|e| {
+            let (_, fix) = e.arms.as_ref()?;
+            let x = e.est.as_ref()?;
+            Some(row(fix, Some((x.mean, x.t_ci)), tone(&e.verdict)))
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        let m = |r: &LeaderRow| r.effect.map_or(f64::NEG_INFINITY, |e| e.0);
+        m(b).total_cmp(&m(a))
+    });
+    rows.push(row(&reference, None, 3));
+    let n = mine
+        .first()
+        .and_then(|e| e.est.as_ref())
+        .map_or(0, |x| x.diffs.len());
+    Ok(Some(Leaderboard {
+        title: format!(
+            "Regime {}: each arm against {reference} without replay, final greedy eval accuracy, {n} seeds",
+            r.name
+        ),
+        x_label: format!("arm − {reference} (grey band: within ±δ)"),
+        margin: mine[0].margin,
+        rows,
+        tones: [
+            "holds",
+            "does not hold",
+            "inconclusive",
+            "secondary",
+            "reversed",
+        ]
+        .map(String::from)
+        .to_vec(),
+    }))
+}
