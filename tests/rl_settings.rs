@@ -421,6 +421,26 @@ fn pr2_starts_as_r2_and_its_predictors_learn() {
         w.iter().flatten().any(|&x| x != 0.0),
         "the predictors trained"
     );
+    // Once the predictions move routes, π_old's log-probs are those of the predicted routes
+    // the updates replay: minibatch 1 stays exactly on-policy.
+    let mut moved = false;
+    for _ in 0..4 {
+        let o = b.step();
+        let first = &o.updates[0];
+        moved |= first
+            .routes_before
+            .iter()
+            .zip(&first.routes_used)
+            .any(|(a, b)| a != b);
+        assert!(
+            first.stats.ratio_tok.iter().all(|&r| r == 1.0),
+            "minibatch 1 replays the routes π_old ran"
+        );
+    }
+    assert!(
+        moved,
+        "the predictions moved some route, so the check above bites"
+    );
     let mut native = grpo(RoutingMode::Native);
     native.pr2 = Some(Pr2Config::default());
     let e = driftlab::rl::Trainer::new(native, warm_tiny(), short_sort(), 0)

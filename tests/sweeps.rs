@@ -112,6 +112,9 @@ fn three_shards_merge_to_the_unsharded_run_and_merge_refuses_what_does_not_fit()
             (0..cells.len()).filter(|&c| sh.selects(c)).count()
         );
     }
+    // A shard in its committed form (`slim --shard`: cells grouped, compact codec, every
+    // column kept) merges with the others as it was written.
+    driftlab::report::slim::slim_shard(&Shard { index: 1, count: 3 }.dir(&sharded)).unwrap();
     let statuses = merge(&sharded).unwrap();
     assert_eq!(statuses.len(), cells.len());
     write_report(&sharded).unwrap();

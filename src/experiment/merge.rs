@@ -65,11 +65,16 @@ fn shard_runs(out: &Path) -> Result<Vec<ShardRun>> {
         .collect()
 }
 
-/// The first shard whose `key` differs from the first shard's.
+/// The first shard whose `key` differs from the first shard's (`cells` in either form: a
+/// shard committed with `slim --shard` holds them grouped).
 fn same(runs: &[ShardRun], key: &str, what: &str) -> Result<()> {
     let first = &runs[0];
+    let get = |r: &ShardRun| match key {
+        "cells" => Some(super::cell_groups::cells_value(&r.config)),
+        _ => r.config.get(key).cloned(),
+    };
     for r in &runs[1..] {
-        if r.config.get(key) != first.config.get(key) {
+        if get(r) != get(first) {
             let show = |v: Option<&Value>| match v {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Null) | None => "none".into(),

@@ -67,6 +67,17 @@ pub const UNREAD: &[(&str, &[&str])] = &[
 /// Rewrite the frames of `dir` without their unread columns; returns the bytes before and
 /// after. A folder slimmed before is slimmed again without change to its contents.
 pub fn slim(dir: &Path) -> Result<(u64, u64)> {
+    compact(dir, false)
+}
+
+/// The committed form of a shard folder that `driftlab merge` will read in a later session:
+/// every column kept (merge needs the whole schema), frames in the compact codec and the
+/// config's cells grouped. Slim the merged folder afterwards.
+pub fn slim_shard(dir: &Path) -> Result<(u64, u64)> {
+    compact(dir, true)
+}
+
+fn compact(dir: &Path, keep_columns: bool) -> Result<(u64, u64)> {
     let (mut before, mut after) = (0, 0);
     let mut dropped = Map::new();
     for s in schema::frames() {
@@ -78,7 +89,7 @@ pub fn slim(dir: &Path) -> Result<(u64, u64)> {
         let df = read_parquet(&path)?;
         let unread = UNREAD
             .iter()
-            .find(|(n, _)| *n == s.name)
+            .find(|(n, _)| *n == s.name && !keep_columns)
             .map_or(&[][..], |(_, c)| *c);
         let gone: Vec<&str> = unread
             .iter()

@@ -76,7 +76,7 @@ pub(super) fn old_policy(
             .filter_map(|t| t.input.take())
             .collect();
         let (routes, probs) = native_and_probs(out.traces);
-        let predicted = predictor.map(|p| {
+        let predicted: Option<Vec<Vec<u16>>> = predictor.map(|p| {
             inputs
                 .iter()
                 .zip(&probs)
@@ -84,6 +84,19 @@ pub(super) fn old_policy(
                 .map(|(l, (h, pr))| p.routes(l, h, pr))
                 .collect()
         });
+        // PR²: the updates replay the predicted routes, so π_old's log-probs are those of a
+        // second pass on exactly those routes (the authors' implementation routes π_old's pass
+        // through the prediction); minibatch 1 stays on-policy. Native routes, router
+        // distributions and inputs stay the first pass's.
+        let (host, picked) = match &predicted {
+            Some(pred) => {
+                let again =
+                    inner.forward(&mb.batch, &routing(n_layers, Some(pred), None, None, false));
+                let picked = again.logits.select(0, rows());
+                (to_vec(picked.clone()), picked)
+            }
+            None => (host, picked),
+        };
         OldPass {
             entropy_sum: entropy_sum(&host, model.cfg.vocab_size, temp),
             logp: to_vec(token_logp(picked, &mb.targets, temp)),

@@ -1,5 +1,5 @@
-//! Predictive Routing Replay, PR² (arXiv 2606.00395). The paper's text was not reachable; this
-//! follows its first author's implementation and reference document, which cite the paper's
+//! Predictive Routing Replay, PR² (arXiv 2606.00395). The paper's text was not reachable (a
+//! stored copy of its HTML holds the abstract only); this follows its first author's implementation and reference document, which cite the paper's
 //! Eq. 4–8, Algorithm 3 and Appendix E.1: radixark/miles PR #1362 at `3cc09866`,
 //! `docs/predictive-routing-replay.md` and the router patch (`RouterPredictiveAction`), and the
 //! same design in DaizeDong/verl `verl/utils/megatron/router_replay_patch.py` at `01f3e5b0`.
@@ -11,6 +11,18 @@
 //!   of the rollout batch replays (R2's forced routes). Here ln π_old's router probabilities
 //!   stand in for p_old (a softmax is unchanged by a per-token shift), and the top-k is taken on
 //!   p_old · exp(h W_p), so that W_p = 0 picks exactly R2's routes (tested bitwise).
+//! - π_old's log-probs are those of the predicted routes: the miles patch routes π_old's pass
+//!   through p_old + h W_p itself (its `RECORD` branch returns `routing(effective_logits)`), so
+//!   the replayed route and π_old's route are one. Here π_old's pass runs natively (its native
+//!   routes, router distributions and inputs give the drift, the prediction and the loss's
+//!   target), then once more with the predicted routes forced, whose log-probs are π_old's:
+//!   minibatch 1 stays exactly on-policy (tested). Deviation: the prediction at layer l uses the
+//!   native pass's input h_l, where the miles pass feeds layer l the output of layers < l
+//!   routed by their predictions. Until 2026-12-05 π_old kept the native pass's log-probs, so
+//!   once W_p moved a route, minibatch 1's ratios were not 1 there (fix_leaderboard's `grpo_pr2`
+//!   arm ran that version, at abc03f4).
+//! - Where the sampler routes: natively (the paper's rollout uses the prediction; not verified
+//!   against its text).
 //! - Loss (Eq. 7–8, "kl-post"): Σ_l mean_t KL(sg(ρ_t) ‖ ρ̂_t), ρ the live router's distribution at
 //!   the current minibatch on the same tokens (before its optimizer step: the router as the
 //!   earlier minibatches left it), only W_p learning; skipped on a step's first minibatch,
