@@ -39,17 +39,20 @@ pub enum Claim {
     /// (n) where GRPO breaks (a drift regime with a control), every fix against GRPO without
     /// replay on the final greedy eval accuracy: one primary family.
     FixLeaderboard,
+    /// (o) what sets drift per update: a multiplicative fit on depth, width, experts, learning
+    /// rate and minibatches, checked on held-out configurations and carried to the paper's model.
+    ScaleDrift,
 }
 
 /// The letters of the claims, in [`Claim::ALL`] order.
 pub const CLAIM_LETTERS: &[char] = &[
-    'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l', 'm', 'n',
+    'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l', 'm', 'n', 'o',
 ];
 /// The claims a spec that names none tests: (a)–(f), the flagship's family.
 pub const DEFAULT_CLAIMS: &[char] = &['a', 'b', 'c', 'd', 'e', 'f'];
 
 impl Claim {
-    pub const ALL: [Claim; 14] = [
+    pub const ALL: [Claim; 15] = [
         Claim::DriftShare,
         Claim::Replay,
         Claim::GspoStable,
@@ -64,6 +67,7 @@ impl Claim {
         Claim::Control,
         Claim::PrefixVariance,
         Claim::FixLeaderboard,
+        Claim::ScaleDrift,
     ];
 
     /// The claim's letter.

@@ -47,6 +47,7 @@ impl ExperimentSpec {
                 r.name
             );
         }
+        self.validate_holdout(declared)?;
         if let Some(r) = self
             .regimes
             .iter()
@@ -102,6 +103,26 @@ impl ExperimentSpec {
                     m.col
                 );
             }
+        }
+        Ok(())
+    }
+}
+
+impl ExperimentSpec {
+    /// `holdout` regimes exist for claim (o)'s fit, which needs some regimes left in it.
+    fn validate_holdout(&self, declared: &[char]) -> Result<()> {
+        if let Some(r) = self.regimes.iter().find(|r| r.holdout)
+            && !declared.contains(&'o')
+        {
+            bail!(
+                "regime '{}' sets `holdout`, which only claim (o)'s fit reads: declare 'o' in `claims`",
+                r.name
+            );
+        }
+        if declared.contains(&'o') && self.regimes.iter().all(|r| r.holdout) {
+            bail!(
+                "claim (o) fits over the regimes without `holdout`: leave some regimes in the fit"
+            );
         }
         Ok(())
     }

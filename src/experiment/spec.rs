@@ -96,6 +96,10 @@ pub struct RegimeSpec {
     /// regime when the spec names a sweep.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub x: Option<f64>,
+    /// Held out of claim (o)'s fit: the fit over the other regimes predicts this one's drift,
+    /// an out-of-sample check declared with the spec.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub holdout: bool,
 }
 
 /// A regime's place in the stability map.
@@ -121,6 +125,7 @@ impl RegimeSpec {
             control: None,
             map: None,
             x: None,
+            holdout: false,
         }
     }
 }

@@ -109,6 +109,8 @@ pub struct PlotFolders {
     pub sweep: Option<(String, String)>,
     /// The stability map's folder.
     pub map: Option<String>,
+    /// Claim (o)'s folder.
+    pub scale: Option<String>,
 }
 
 /// The whole of `report.md`.
@@ -160,6 +162,12 @@ pub fn report(
             .is_some_and(|r| r.claims.contains(&crate::experiment::Claim::DepthDrift))
         {
             writeln!(md, "![drift_fit]({folder}/drift_fit.svg)\n")?;
+        }
+    }
+    if let Some(folder) = &plots.scale {
+        writeln!(md, "### What sets drift per update\n")?;
+        for p in super::figures::SCALE_PLOTS {
+            writeln!(md, "![{p}]({folder}/{p}.svg)\n")?;
         }
     }
     for (regime, folder, made) in plot_dirs {

@@ -18,6 +18,7 @@ pub mod paired;
 pub mod regime;
 pub mod roles;
 pub mod run_info;
+pub mod scale;
 pub mod slim;
 pub mod stats;
 pub mod summary;
@@ -57,6 +58,7 @@ pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
         regimes: figures::make_plots(dir, &regs, &eps)?,
         sweep: figures::sweep_plots(dir, &info, &regs, &eps)?,
         map: figures::map_plots(dir, &regs, &eps)?,
+        scale: figures::scale_plots(dir, &regs)?,
     };
     let md = markdown::report(&f, &info, &sums, &regs, &eps, &plots)?;
     crate::util::io::write_atomic(&dir.join("report.md"), md.as_bytes())?;

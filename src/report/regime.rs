@@ -28,6 +28,11 @@ pub struct Regime {
     /// The regime it is compared against, and its place in the stability map.
     pub control: Option<String>,
     pub map: Option<crate::experiment::MapAt>,
+    /// The configuration's factors (depth, width, experts, lr, minibatches) of the regime's
+    /// first cell, for claim (o)'s fit.
+    pub factors: Option<super::scale::Factors>,
+    /// Held out of claim (o)'s fit (the spec's `holdout`): predicted, not fitted.
+    pub holdout: bool,
 }
 
 impl Regime {
@@ -67,10 +72,25 @@ pub fn regimes_of(f: &RunFrames, info: &RunInfo) -> Result<Vec<Regime>> {
             x: info.regime(r).and_then(|x| x.x),
             control: info.regime(r).and_then(|x| x.control.clone()),
             map: info.regime(r).and_then(|x| x.map.clone()),
+            factors: factors_of(info, r),
+            holdout: info.regime(r).is_some_and(|x| x.holdout),
             frames,
         });
     }
     Ok(per)
+}
+
+/// The factors of the first cell of `regime` (claim (o)).
+fn factors_of(info: &RunInfo, regime: &str) -> Option<super::scale::Factors> {
+    let c = info.cells.iter().find(|c| c.regime == regime)?;
+    Some(super::scale::Factors {
+        layers: c.model.n_layers as f64,
+        d_model: c.model.d_model as f64,
+        experts: c.model.n_experts as f64,
+        top_k: c.model.top_k as f64,
+        lr: c.rl.optimizer.lr,
+        minibatches: c.rl.minibatches as f64,
+    })
 }
 
 /// Does the rollout engine of `regime` differ from the trainer?
@@ -78,4 +98,29 @@ pub fn regime_has_mismatch(info: &RunInfo, regime: &str) -> bool {
     info.cells
         .iter()
         .any(|c| c.regime == regime && c.rl.mismatch != crate::rl::Mismatch::None)
+}
+
+/// The per-seed values of `col` in every regime with factors, for the first arm.
+pub fn scale_points(
+    regs: &[Regime],
+    from: super::scale::From,
+    col: &str,
+) -> Result<super::scale::Points> {
+    let mut out = Vec::new();
+    for r in regs {
+        let (Some(f), Some((a, _))) = (r.factors, r.arms.arms.first()) else {
+            continue;
+        };
+        let df = match from {
+            super::scale::From::Updates => &r.frames.updates,
+            super::scale::From::Steps => &r.frames.steps,
+        };
+        out.push((
+            r.name.clone(),
+            f,
+            r.holdout,
+            super::scale::cell_values(df, col, &a.name)?,
+        ));
+    }
+    Ok(out)
 }

@@ -161,7 +161,9 @@ impl LineChart {
                 .iter()
                 .filter_map(|p| self.ty(p.1).map(|y| (p.0, y)))
                 .collect();
-            let anno = if self.scatter {
+            // In a scatter, data are points and a dashed series is a guide line.
+            let dots = self.scatter && !s.dashed;
+            let anno = if dots {
                 chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
             } else if s.dashed {
                 chart.draw_series(DashedLineSeries::new(pts, 6, 4, color.stroke_width(2)))
@@ -174,7 +176,7 @@ impl LineChart {
                 continue;
             }
             let anno = anno.label(&s.name);
-            if self.scatter {
+            if dots {
                 anno.legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
             } else if s.dashed {
                 anno.legend(move |(x, y)| {

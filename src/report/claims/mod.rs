@@ -12,6 +12,7 @@ mod mismatch;
 mod objectives;
 mod ratios;
 mod replay;
+mod scale;
 #[cfg(test)]
 mod tests;
 
@@ -41,6 +42,7 @@ pub fn def(c: Claim) -> ClaimDef {
         Claim::Control => control::CONTROL,
         Claim::PrefixVariance => ratios::PREFIX,
         Claim::FixLeaderboard => replay::LEADERBOARD,
+        Claim::ScaleDrift => scale::SCALE,
     }
 }
 

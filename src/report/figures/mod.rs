@@ -17,10 +17,12 @@ use std::path::Path;
 
 mod leaderboard;
 mod panels;
+mod scale;
 mod series;
 mod stability;
 mod sweep;
 use panels::{drift_heatmap, forest, mechanism, variance_by_length, variance_by_prefix};
+pub use scale::{SCALE_PLOTS, scale_plots};
 use series::{band_chart, curves, line, reference};
 pub use stability::{MAP_PLOTS, map_plots};
 pub use sweep::{SWEEP_PLOTS, sweep_plots};
