@@ -189,18 +189,23 @@ pub fn tokens_from_routers(routers: f64, layers: f64) -> f64 {
 mod tests {
     use super::*;
 
-    #[test]
-    fn least_squares_recovers_an_exact_multiplicative_law() {
-        // y = 0.01 · L^0.5 · d^-1 · E^0.2 · lr^1 · N^0.3 on a one-factor-at-a-time design.
-        let b = [0.01f64.ln(), 0.5, -1.0, 0.2, 1.0, 0.3];
-        let c = Factors {
+    /// 4 layers, d 64, 8 experts top-2, lr 1e-4, N 4.
+    fn centre() -> Factors {
+        Factors {
             layers: 4.0,
             d_model: 64.0,
             experts: 8.0,
             top_k: 2.0,
             lr: 1e-4,
             minibatches: 4.0,
-        };
+        }
+    }
+
+    #[test]
+    fn least_squares_recovers_an_exact_multiplicative_law() {
+        // y = 0.01 · L^0.5 · d^-1 · E^0.2 · lr^1 · N^0.3 on a one-factor-at-a-time design.
+        let b = [0.01f64.ln(), 0.5, -1.0, 0.2, 1.0, 0.3];
+        let c = centre();
         let mut cfgs = vec![c];
         for l in [2.0, 8.0] {
             cfgs.push(Factors { layers: l, ..c });
@@ -234,14 +239,7 @@ mod tests {
 
     #[test]
     fn held_out_configurations_are_predicted_not_fitted() {
-        let c = Factors {
-            layers: 4.0,
-            d_model: 64.0,
-            experts: 8.0,
-            top_k: 2.0,
-            lr: 1e-4,
-            minibatches: 4.0,
-        };
+        let c = centre();
         let b = [0.001f64.ln(), 0.5, -0.5, 0.25, 0.8, 0.3];
         let fit_cfgs = [
             c,

@@ -33,6 +33,22 @@ pub struct Leaderboard {
     pub tones: Vec<String>,
 }
 
+/// A panel's legend, in the blank row at the bottom.
+fn legend<'a, DB: DrawingBackend + 'a>(chart: &mut Ctx<'a, DB>) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 12))
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}
+
 /// The colour of a tone (as in the forest plot).
 fn tone(t: usize) -> RGBColor {
     palette([2, 3, 7, 0, 4][t % 5])
@@ -163,15 +179,7 @@ impl Leaderboard {
                 .label(&self.tones[t])
                 .legend(move |(x, y)| Circle::new((x + 10, y), 5, col.filled()));
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 12))
-            .position(SeriesLabelPosition::LowerRight)
-            .draw()
-            .map_err(err)?;
-        Ok(())
+        legend(&mut chart)
     }
 
     fn draw_rates<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<()>
@@ -208,15 +216,7 @@ impl Leaderboard {
             .map_err(err)?
             .label("token-ratio explosion")
             .legend(move |(x, y)| Circle::new((x + 10, y), 5, dot.stroke_width(2)));
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 12))
-            .position(SeriesLabelPosition::LowerRight)
-            .draw()
-            .map_err(err)?;
-        Ok(())
+        legend(&mut chart)
     }
 
     fn draw_costs<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<()>

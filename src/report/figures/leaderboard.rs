@@ -4,24 +4,14 @@
 //! this run (where the frames keep the timings; cells ran side by side, so the costs compare
 //! arms within the run, not machines).
 
+use super::panels::{tone_of, verdict_tones};
 use crate::experiment::Claim;
 use crate::metrics::frames::{f64_col, str_col};
 use crate::report::charts::{LeaderRow, Leaderboard};
-use crate::report::endpoints::{Endpoint, Verdict};
+use crate::report::endpoints::Endpoint;
 use crate::report::regime::Regime;
 use anyhow::Result;
 use std::collections::BTreeMap;
-
-/// The tone of a verdict, as in the forest plot.
-fn tone(v: &Verdict) -> usize {
-    match v {
-        Verdict::Holds { .. } => 0,
-        Verdict::DoesNotHold => 1,
-        Verdict::Inconclusive { .. } => 2,
-        Verdict::Secondary => 3,
-        Verdict::Reversed => 4,
-    }
-}
 
 /// Median seconds per RL step of each arm (rollout + update + probe), from the steps frame;
 /// empty when the frame does not keep the timings (a slimmed run before they were kept).
@@ -86,7 +76,7 @@ pub(super) fn leaderboard(r: &Regime, eps: &[&Endpoint]) -> Result<Option<Leader
         .filter_map(|e| {
             let (_, fix) = e.arms.as_ref()?;
             let x = e.est.as_ref()?;
-            Some(row(fix, Some((x.mean, x.t_ci)), tone(&e.verdict)))
+            Some(row(fix, Some((x.mean, x.t_ci)), tone_of(&e.verdict)))
         })
         .collect();
     rows.sort_by(|a, b| {
@@ -106,14 +96,6 @@ pub(super) fn leaderboard(r: &Regime, eps: &[&Endpoint]) -> Result<Option<Leader
         x_label: format!("arm − {reference} (grey band: within ±δ)"),
         margin: mine[0].margin,
         rows,
-        tones: [
-            "holds",
-            "does not hold",
-            "inconclusive",
-            "secondary",
-            "reversed",
-        ]
-        .map(String::from)
-        .to_vec(),
+        tones: verdict_tones(),
     }))
 }

@@ -305,13 +305,7 @@ pub(super) fn forest(eps: &[&Endpoint], regime: &str) -> crate::report::charts::
                 effect: x.mean / d,
                 ci: (x.t_ci.0 / d, x.t_ci.1 / d),
                 reference: e.reference.as_ref().map(|r| r.0 / d),
-                tone: match e.verdict {
-                    Verdict::Holds { .. } => 0,
-                    Verdict::DoesNotHold => 1,
-                    Verdict::Inconclusive { .. } => 2,
-                    Verdict::Secondary => 3,
-                    Verdict::Reversed => 4,
-                },
+                tone: tone_of(&e.verdict),
             })
         })
         .collect();
@@ -319,14 +313,30 @@ pub(super) fn forest(eps: &[&Endpoint], regime: &str) -> crate::report::charts::
         title: format!("Regime {regime}: paired effects with 95% t intervals, in units of δ"),
         x_label: "effect / δ (0: no effect; grey band: within ±δ)".into(),
         rows,
-        tones: [
-            "holds",
-            "does not hold",
-            "inconclusive",
-            "secondary",
-            "reversed",
-        ]
-        .map(String::from)
-        .to_vec(),
+        tones: verdict_tones(),
     }
+}
+
+/// The colour index of a verdict in the forest plot and the leaderboard.
+pub(super) fn tone_of(v: &Verdict) -> usize {
+    match v {
+        Verdict::Holds { .. } => 0,
+        Verdict::DoesNotHold => 1,
+        Verdict::Inconclusive { .. } => 2,
+        Verdict::Secondary => 3,
+        Verdict::Reversed => 4,
+    }
+}
+
+/// The legend words of [`tone_of`]'s indices.
+pub(super) fn verdict_tones() -> Vec<String> {
+    [
+        "holds",
+        "does not hold",
+        "inconclusive",
+        "secondary",
+        "reversed",
+    ]
+    .map(String::from)
+    .to_vec()
 }
