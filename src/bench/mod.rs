@@ -236,11 +236,18 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
             let gen_tokens: usize = o.resp_lens.iter().sum();
             let total = o.t_rollout + o.t_update + o.t_probe;
             if i >= 2 {
-                rows.push((total, o.t_rollout, o.t_update, o.t_probe, gen_tokens));
+                rows.push((
+                    total,
+                    o.t_rollout,
+                    o.t_update,
+                    o.t_probe,
+                    gen_tokens,
+                    o.transfers,
+                ));
             }
         }
         rows.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let (total, ro, up, pr, toks) = rows[rows.len() / 2];
+        let (total, ro, up, pr, toks, moved) = rows[rows.len() / 2];
         println!(
             "rl step (toy, sort 4-16, B 16, G 8, N 4, probe and kl_ref {}, micro-batches and rollout shards {parts}, {} thread(s){}): median {:.3}s = rollout {:.3}s + update {:.3}s + probe {:.3}s; rollout {:.0} generated tokens/s, update {:.0} response tokens/s",
             if probe { "on" } else { "off" },
@@ -256,6 +263,10 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
             pr,
             toks as f64 / ro,
             toks as f64 / up
+        );
+        println!(
+            "  host-device transfers of that step: rollout {} reads + {} uploads; π_old, updates and probe {} reads + {} uploads",
+            moved[0].reads, moved[0].uploads, moved[1].reads, moved[1].uploads
         );
     }
     Ok(())

@@ -285,5 +285,5 @@ pub fn round_bf16<const D: usize>(x: Tensor<D>) -> Tensor<D> {
         .into_iter()
         .map(bf16_round)
         .collect();
-    Tensor::from_data(burn::tensor::TensorData::new(v, dims), &device)
+    crate::util::tensors::floats(v, dims, &device)
 }

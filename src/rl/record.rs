@@ -78,6 +78,9 @@ pub struct StepOutput {
     /// π_old recompute, advantages and updates (the probe's time excluded).
     pub t_update: f64,
     pub t_probe: f64,
+    /// Host↔device transfers of the rollout, and of π_old with the updates and probes
+    /// (process-wide counters: exact only while this trainer runs alone, as in `bench --rl`).
+    pub transfers: [crate::util::tensors::Transfers; 2],
     /// Of `t_update`, the seconds before the first update: π_old's recompute, the advantages
     /// and the drift calibration.
     pub t_old: f64,

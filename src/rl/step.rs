@@ -18,6 +18,7 @@ use crate::optim::AdamW;
 use crate::task::Task;
 use crate::util::hash::derive_seed;
 use crate::util::parallel::par_map;
+use crate::util::tensors::Transfers;
 use crate::util::tensors::{ints, scalar};
 use anyhow::{Result, bail};
 use rand::SeedableRng;
@@ -157,6 +158,7 @@ impl Trainer {
     pub fn step(&mut self) -> StepOutput {
         let cfg = self.cfg.clone();
         let started = Instant::now();
+        let moved = Transfers::now();
         let k = cfg.rollout_staleness;
         if k > 0 {
             self.snapshots.push_back(self.model.clone());
@@ -173,6 +175,8 @@ impl Trainer {
             &mut self.noise_rng,
         );
         let t_rollout = started.elapsed().as_secs_f64();
+        let x_rollout = Transfers::since(moved);
+        let moved = Transfers::now();
         let started = Instant::now();
         let b = Batch::new(ro, &cfg, self.model.cfg.top_k);
         let old = old_policy(
@@ -200,6 +204,7 @@ impl Trainer {
         }
         let t_probe: f64 = updates.iter().map(|u| u.t_probe).sum();
         let t_update = started.elapsed().as_secs_f64() - t_probe;
+        let x_update = Transfers::since(moved);
         let n_layers = self.model.cfg.n_layers;
         let out = StepOutput {
             step: self.step,
@@ -219,6 +224,7 @@ impl Trainer {
             t_update,
             t_probe,
             t_old,
+            transfers: [x_rollout, x_update],
         };
         self.step += 1;
         out
