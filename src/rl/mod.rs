@@ -10,6 +10,7 @@ pub mod loss;
 pub mod micro;
 mod old;
 pub mod predictor;
+mod predictor_step;
 pub mod record;
 pub mod rollout;
 pub mod router_shift;

@@ -10,6 +10,7 @@ use super::loss::PolicyBatch;
 use super::micro::{Accumulated, Batch, MicroForward, accumulate, concat_layers, micro_share};
 use super::old::{LayerRoutes, OldPolicy, native_and_probs, old_policy, routing};
 use super::predictor::Predictor;
+use super::predictor_step::train_predictor;
 pub use super::record::{StepOutput, UpdateRecord};
 use super::rollout::rollout;
 use super::router_shift::{router_shift, shifted_old_logp};
@@ -18,52 +19,11 @@ use crate::optim::AdamW;
 use crate::task::Task;
 use crate::util::hash::derive_seed;
 use crate::util::parallel::par_map;
-use crate::util::tensors::Transfers;
-use crate::util::tensors::{ints, scalar};
+use crate::util::tensors::{Transfers, ints, scalar};
 use anyhow::{Result, bail};
 use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
 use std::time::Instant;
-
-/// One PR² step on minibatch `m`: per layer, the token-weighted mean over its micro-batches of
-/// KL(live router ‖ prediction) and its gradient, then Adam. Returns the loss summed over
-/// layers (Eq. 8).
-fn train_predictor(
-    p: &mut Predictor,
-    b: &Batch,
-    old: &OldPolicy,
-    parts: &[MicroForward],
-    m: usize,
-    lr: f64,
-) -> f64 {
-    let n = parts.len();
-    let layers = p.w.len();
-    let mut grads = vec![vec![0f32; p.w[0].len()]; layers];
-    let mut loss = 0.0;
-    let valid = |j: usize| &b.micros[m * n + j].batch.valid;
-    let total: usize = (0..n)
-        .map(|j| valid(j).iter().filter(|&&v| v).count())
-        .sum();
-    for (j, part) in parts.iter().enumerate() {
-        let o = &old.passes[m * n + j];
-        let w = valid(j).iter().filter(|&&v| v).count() as f64 / total.max(1) as f64;
-        for (l, g) in grads.iter_mut().enumerate() {
-            let (kl, gl) = p.loss_grad(
-                l,
-                &o.inputs[l],
-                &o.probs[l],
-                &part.probs_before[l],
-                valid(j),
-            );
-            loss += w * kl;
-            for (a, x) in g.iter_mut().zip(gl) {
-                *a += (w as f32) * x;
-            }
-        }
-    }
-    p.step(&grads, lr);
-    loss
-}
 
 pub use super::correct::ALL_MASKED;
 
