@@ -29,24 +29,15 @@ fn a_tiny_rl_step_stays_under_its_transfer_bounds() {
     // reads + 110 uploads over a longest response of 5 tokens, update 214 reads + 278 uploads.
     let steps = generated + 1;
     let mbs = o.updates.len() as u64;
-    assert!(
-        ro.reads <= 6 * steps,
-        "rollout reads {} over {steps} generation steps",
-        ro.reads
-    );
-    assert!(
-        ro.uploads <= 20 * steps,
-        "rollout uploads {} over {steps} generation steps",
-        ro.uploads
-    );
-    assert!(
-        up.reads <= 120 * mbs,
-        "update reads {} over {mbs} minibatches",
-        up.reads
-    );
-    assert!(
-        up.uploads <= 150 * mbs,
-        "update uploads {} over {mbs} minibatches",
-        up.uploads
-    );
+    for (what, got, per, unit, n) in [
+        ("rollout reads", ro.reads, 6, "generation steps", steps),
+        ("rollout uploads", ro.uploads, 20, "generation steps", steps),
+        ("update reads", up.reads, 120, "minibatches", mbs),
+        ("update uploads", up.uploads, 150, "minibatches", mbs),
+    ] {
+        assert!(
+            got <= per * n,
+            "{what} {got} over {n} {unit} (bound {per} each)"
+        );
+    }
 }
