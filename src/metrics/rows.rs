@@ -210,7 +210,6 @@ fn router_shift_cols(id: &CellId, st: &crate::rl::loss::LossStats) -> [(&'static
     ]
 }
 
-/// The drift-probe columns of an update (null where the probe did not run).
 /// Router confidence ([`router_confidence`]) averaged over the MoE layers; null for a dense
 /// model.
 fn confidence_means(probs: &[Vec<f32>], valid: &[bool], shape: Shape) -> [Val; 3] {
@@ -226,6 +225,7 @@ fn confidence_means(probs: &[Vec<f32>], valid: &[bool], shape: Shape) -> [Val; 3
     [mean(|x| x.0), mean(|x| x.1), mean(|x| x.2)]
 }
 
+/// The drift-probe columns of an update (null where the probe did not run).
 fn drift_cols(id: &CellId, u: &UpdateRecord, shape: Shape) -> Vec<(&'static str, Val)> {
     let probed = !u.routes_after.is_empty() || !shape.moe;
     let (de, dt, df, _) = model_drift(&u.routes_before, &u.routes_after, &u.valid, shape.k);
@@ -337,16 +337,20 @@ pub fn step_loads(out: &StepOutput, shape: Shape) -> Vec<Vec<f64>> {
         .collect()
 }
 
+/// Per token of a step, `ln ρ = logp_old − logp_mu` (trainer against rollout engine).
+fn log_ratios(out: &StepOutput) -> Vec<f64> {
+    out.logp_old
+        .iter()
+        .zip(&out.logp_mu)
+        .map(|(o, m)| f64::from(o - m))
+        .collect()
+}
+
 /// Train–inference mismatch of a step: `(mismatch_kl_k3, mismatch_extreme_frac)`, with
 /// `ρ = exp(logp_old − logp_mu)`: mean of `ρ − 1 − ln ρ`, and the share of tokens with
 /// `max(ρ, 1/ρ) > 2`.
 pub fn mismatch_stats(out: &StepOutput) -> (f64, f64) {
-    let rho: Vec<f64> = out
-        .logp_old
-        .iter()
-        .zip(&out.logp_mu)
-        .map(|(o, m)| f64::from(o - m).exp())
-        .collect();
+    let rho: Vec<f64> = log_ratios(out).into_iter().map(f64::exp).collect();
     let n = rho.len().max(1) as f64;
     let kl = rho.iter().map(|p| p - 1.0 - p.ln()).sum::<f64>() / n;
     let extreme = rho.iter().filter(|&&p| p.max(1.0 / p) > 2.0).count() as f64 / n;
@@ -356,12 +360,7 @@ pub fn mismatch_stats(out: &StepOutput) -> (f64, f64) {
 /// The rest of a step's mismatch suite, with `ln ρ = logp_old − logp_mu`: mean |ln ρ|, mean
 /// (ln ρ)², and the share of tokens with max(ρ, 1/ρ) > 5.
 pub fn mismatch_suite(out: &StepOutput) -> [f64; 3] {
-    let d: Vec<f64> = out
-        .logp_old
-        .iter()
-        .zip(&out.logp_mu)
-        .map(|(o, m)| f64::from(o - m))
-        .collect();
+    let d = log_ratios(out);
     let n = d.len().max(1) as f64;
     [
         d.iter().map(|x| x.abs()).sum::<f64>() / n,
