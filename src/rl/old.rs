@@ -67,8 +67,7 @@ pub(super) fn old_policy(
         );
         let device = out.logits.device();
         let rows = || ints(&mb.logit_rows, [mb.logit_rows.len()], &device);
-        let picked = out.logits.select(0, rows());
-        let host = to_vec(picked.clone());
+        let logits = out.logits;
         let used = out.traces.iter().map(|t| t.used.clone()).collect();
         let inputs: Vec<Vec<f32>> = out
             .traces
@@ -88,15 +87,16 @@ pub(super) fn old_policy(
         // second pass on exactly those routes (the authors' implementation routes π_old's pass
         // through the prediction); minibatch 1 stays on-policy. Native routes, router
         // distributions and inputs stay the first pass's.
-        let (host, picked) = match &predicted {
+        let logits = match &predicted {
             Some(pred) => {
-                let again =
-                    inner.forward(&mb.batch, &routing(n_layers, Some(pred), None, None, false));
-                let picked = again.logits.select(0, rows());
-                (to_vec(picked.clone()), picked)
+                inner
+                    .forward(&mb.batch, &routing(n_layers, Some(pred), None, None, false))
+                    .logits
             }
-            None => (host, picked),
+            None => logits,
         };
+        let picked = logits.select(0, rows());
+        let host = to_vec(picked.clone());
         OldPass {
             entropy_sum: entropy_sum(&host, model.cfg.vocab_size, temp),
             logp: to_vec(token_logp(picked, &mb.targets, temp)),
