@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The README's Devices table on any machine with a GPU, in one log: the MoE layer, a toy and a
 # `medium` RL step on `--device wgpu` and on flex with every CPU thread of the same host, then
-# `driftlab check --device wgpu` against the committed (CPU) baseline.
+# `driftlab check --device wgpu` against wgpu's own baseline: the committed
+# results/baselines/check-wgpu.json where there is one; where not, the first check writes one
+# beside the log and a second run is compared with it (run-to-run reproducibility on that GPU;
+# commit the written file as results/baselines/check-wgpu.json to make it the GPU's record).
 #
 #   scripts/gpu_check.sh [path/to/driftlab] [log file]
 #
@@ -32,5 +35,11 @@ run() {
   run "$bin" bench --rl --preset toy --reps 5 --threads "$threads"
   run "$bin" --device wgpu bench --rl --preset medium --reps 1
   run "$bin" bench --rl --preset medium --reps 1 --threads "$threads"
-  run "$bin" --device wgpu check
+  if [ -f results/baselines/check-wgpu.json ]; then
+    run "$bin" --device wgpu check
+  else
+    own="${log%.log}-check-wgpu.json"
+    run "$bin" --device wgpu check --update --baseline "$own"
+    run "$bin" --device wgpu check --baseline "$own"
+  fi
 } | tee "$log"

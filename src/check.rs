@@ -38,6 +38,10 @@ pub fn tolerances() -> BTreeMap<String, Tolerance> {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Baseline {
     pub experiment: String,
+    /// The device kind the baseline was measured on (absent: flex, the baselines written before
+    /// devices had their own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
     pub tolerances: BTreeMap<String, Tolerance>,
     /// arm → metric → value (NaN-free; a metric that does not apply is absent).
     pub arms: BTreeMap<String, BTreeMap<String, f64>>,
@@ -209,6 +213,25 @@ pub fn measure(spec: &ExperimentSpec, opts: &RunOptions) -> Result<(ArmMetrics, 
     ))
 }
 
+/// The baseline at `path`, which must have been measured on `device`.
+fn read_baseline(path: &Path, device: &str) -> Result<Baseline> {
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "reading baseline {} (create it with `driftlab check --device {device} --update`)",
+            path.display()
+        )
+    })?;
+    let base: Baseline = serde_json::from_str(&text)
+        .with_context(|| format!("parsing baseline {}", path.display()))?;
+    let measured_on = base.device.as_deref().unwrap_or("flex");
+    anyhow::ensure!(
+        measured_on == device,
+        "baseline {} was measured on device '{measured_on}', this run is on '{device}': each device is compared with its own baseline (`driftlab check --device {device} --update` writes one)",
+        path.display()
+    );
+    Ok(base)
+}
+
 /// The current values compared with the baseline (None after rewriting it with `update`).
 fn measured_rows(
     spec: &ExperimentSpec,
@@ -216,10 +239,16 @@ fn measured_rows(
     baseline: &Path,
     update: bool,
 ) -> Result<Option<Vec<Row>>> {
+    // Read first: a missing or foreign baseline fails before the run, not after it.
+    let base = match update {
+        false => Some(read_baseline(baseline, &opts.device_name)?),
+        true => None,
+    };
     let (current, _) = measure(spec, opts)?;
-    if update {
+    let Some(base) = base else {
         let b = Baseline {
             experiment: spec.name.clone(),
+            device: Some(opts.device_name.clone()).filter(|d| d != "flex"),
             tolerances: tolerances(),
             arms: current,
         };
@@ -228,15 +257,7 @@ fn measured_rows(
         }
         crate::util::io::write_json(baseline, &b)?;
         return Ok(None);
-    }
-    let text = std::fs::read_to_string(baseline).with_context(|| {
-        format!(
-            "reading baseline {} (create it with `driftlab check --update`)",
-            baseline.display()
-        )
-    })?;
-    let base: Baseline = serde_json::from_str(&text)
-        .with_context(|| format!("parsing baseline {}", baseline.display()))?;
+    };
     Ok(Some(compare(&base, &current)))
 }
 

@@ -134,8 +134,15 @@ fn wgpu(cpu: bool) -> Result<Device> {
 
 #[cfg(feature = "cuda")]
 fn cuda() -> Result<Device> {
-    std::panic::catch_unwind(|| Device::cuda(0))
-        .map_err(|_| anyhow::anyhow!("device 'cuda' could not start: no CUDA driver or GPU found"))
+    // `Device::cuda(0)` only names the device: the driver is loaded on the first operation, so
+    // the guard runs one (a one-element upload read back); a missing libcuda or GPU panics
+    // inside it and is reported here, not in the middle of a run.
+    std::panic::catch_unwind(|| {
+        let device = Device::cuda(0);
+        crate::util::tensors::to_vec(crate::util::tensors::floats(vec![0.0], [1], &device));
+        device
+    })
+    .map_err(|_| anyhow::anyhow!("device 'cuda' could not start: no CUDA driver or GPU found"))
 }
 #[cfg(not(feature = "cuda"))]
 fn cuda() -> Result<Device> {

@@ -111,6 +111,7 @@ fn invariants_that_hold_whatever_the_baseline() {
     // A missing arm or metric is a failure, not a silent pass.
     let base = Baseline {
         experiment: "check".into(),
+        device: None,
         tolerances: driftlab::check::tolerances(),
         arms: m.clone(),
     };
@@ -122,5 +123,35 @@ fn invariants_that_hold_whatever_the_baseline() {
             .any(|r| !r.ok && r.arm == "gspo")
     );
     assert!(compare(&base, &m).iter().all(|r| r.ok));
+    let _ = std::fs::remove_dir_all(&o.out);
+}
+
+/// Each device is compared with its own baseline: flex's is `check.json`, wgpu-cpu's (the
+/// software Vulkan CI has) `check-wgpu-cpu.json`; a run on one device refuses the other's record
+/// before running anything.
+#[test]
+fn wgpu_cpu_passes_against_its_own_baseline_and_refuses_flex_s() {
+    use driftlab::commands::check::baseline_for;
+    let spec = ExperimentSpec::load(Path::new("experiments/check.toml")).unwrap();
+    assert_eq!(
+        baseline_for("flex"),
+        Path::new("results/baselines/check.json")
+    );
+    let mut o = opts("wgpu-cpu");
+    o.device = driftlab::device::DeviceChoice::WgpuCpu
+        .device()
+        .expect("wgpu-cpu needs a software Vulkan (mesa-vulkan-drivers); .ci/run installs it");
+    o.device_name = "wgpu-cpu".into();
+    let err = format!(
+        "{:#}",
+        check(&spec, &o, &baseline_for("flex"), false, None).unwrap_err()
+    );
+    assert!(err.contains("measured on device 'flex'"), "{err}");
+    assert!(!o.out.exists(), "refused before running: {err}");
+    let own = baseline_for("wgpu-cpu");
+    assert_eq!(own, Path::new("results/baselines/check-wgpu-cpu.json"));
+    let msg = check(&spec, &o, &own, false, None)
+        .expect("check on wgpu-cpu passes against its own baseline");
+    assert!(msg.contains("check passed"));
     let _ = std::fs::remove_dir_all(&o.out);
 }

@@ -123,3 +123,15 @@ fn parity(flex_model: Model) {
         );
     }
 }
+
+/// A cold start trained on wgpu-cpu has its own cache entry (its bits differ from flex's), and
+/// flex keeps the bare key every existing entry was written under.
+#[test]
+fn a_cold_start_on_wgpu_cpu_has_its_own_cache_key() {
+    use driftlab::coldstart::device_key;
+    let key = "0123456789abcdef";
+    assert_eq!(device_key(key, &flex()), key);
+    let tagged = device_key(key, &wgpu_cpu());
+    assert!(tagged.starts_with(key) && tagged != key, "{tagged}");
+    assert_eq!(tagged, device_key(key, &wgpu_cpu()), "stable within a run");
+}

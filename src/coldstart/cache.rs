@@ -24,6 +24,11 @@ pub fn cache_key(
     cs: &ColdStartConfig,
     seed: u64,
 ) -> String {
+    // Where it trains is in the device tag, not here (flex's checkpoint named or not is one).
+    let cs = ColdStartConfig {
+        device: None,
+        ..cs.clone()
+    };
     let json = serde_json::json!({ "v": COLDSTART_VERSION, "model": model, "task": task, "coldstart": cs, "seed": seed });
     format!("{:016x}", fnv1a64(json.to_string().as_bytes()))
 }
@@ -31,6 +36,19 @@ pub fn cache_key(
 /// Where the cached checkpoint for this key lives.
 pub fn cache_path(cache_dir: &Path, key: &str) -> PathBuf {
     cache_dir.join(format!("coldstart-{key}.bin"))
+}
+
+/// The key of the checkpoint trained on `device`: a cold start trained on another device has
+/// other bits (another summation order), so a run on wgpu or cuda neither loads flex's
+/// checkpoint nor leaves its own where a flex run would load it. Flex keeps the bare key, so
+/// every cache entry written before devices were told apart keeps its name.
+pub fn device_key(key: &str, device: &Device) -> String {
+    if crate::util::tensors::is_host(device) {
+        key.to_string()
+    } else {
+        let what = format!("{device:?}");
+        format!("{key}-{:08x}", fnv1a64(what.as_bytes()) as u32)
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -53,8 +71,8 @@ pub fn cached(
     device: &Device,
     cache_dir: &Path,
 ) -> Option<ColdStart> {
-    let path = cache_path(cache_dir, &cache_key(model_cfg, task, cs, seed));
-    load_cached(&path, model_cfg, device)
+    let key = device_key(&cache_key(model_cfg, task, cs, seed), device);
+    load_cached(&cache_path(cache_dir, &key), model_cfg, device)
 }
 
 /// The cached cold start at `path`, if there is a usable one.

@@ -6,7 +6,7 @@ mod cache;
 mod settings;
 mod train;
 
-pub use cache::{cache_key, cache_path, cached};
+pub use cache::{cache_key, cache_path, cached, device_key};
 pub use settings::{ColdStart, ColdStartConfig, EvalAccuracy};
 pub use train::{accuracy, evaluate, sft_loss, train, ulp_step};
 
@@ -35,7 +35,7 @@ pub fn load_or_train(
     progress: &Progress,
 ) -> Result<ColdStart> {
     use crate::util::lock::{Attempt, Lock};
-    let key = cache_key(model_cfg, &task.cfg, cs, seed);
+    let key = device_key(&cache_key(model_cfg, &task.cfg, cs, seed), device);
     let path = cache_path(cache_dir, &key);
     if let Some(c) = load_cached(&path, model_cfg, device) {
         let by = match (&c.build, this_build()) {

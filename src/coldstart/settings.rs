@@ -25,6 +25,14 @@ pub struct ColdStartConfig {
     /// survive them. Off (absent from the cache key) by default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ulp_jitter: Option<u64>,
+    /// The device the cold start trains on (absent: the run's own). `flex` hands every device
+    /// the CPU backend's deterministic checkpoint: a cold start trained on wgpu-cpu is not
+    /// reproducible run to run (lavapipe's threads do not fix every reduction order, and a
+    /// few hundred steps carry the last bits into another model), so the CI regression on
+    /// wgpu-cpu starts from flex's. Not part of the cache key: the checkpoint's key carries the
+    /// device it was trained on ([`super::device_key`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<crate::device::DeviceChoice>,
 }
 
 impl Default for ColdStartConfig {
@@ -38,6 +46,7 @@ impl Default for ColdStartConfig {
             eval_every: 50,
             aux_coef: 1e-2,
             ulp_jitter: None,
+            device: None,
         }
     }
 }
@@ -100,6 +109,21 @@ pub struct ColdStart {
     /// The cache key does not hold it: a cached cold start from another build is reused, and
     /// the load message says which build trained it.
     pub build: Option<String>,
+}
+
+impl ColdStart {
+    /// The same checkpoint on `device` (its weights copied there bit for bit).
+    pub fn to_device(self, device: &burn::tensor::Device) -> Result<ColdStart> {
+        if self.model.device() == *device {
+            return Ok(self);
+        }
+        let cfg = self.model.cfg.clone();
+        let w = crate::model::Weights::from_bytes(&cfg, &self.model.weights.to_bytes(), device)?;
+        Ok(ColdStart {
+            model: Model::new(cfg, w, device),
+            ..self
+        })
+    }
 }
 
 /// The commit this binary was built from (see `build.rs`), if known.

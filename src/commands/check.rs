@@ -16,8 +16,9 @@ pub struct CheckArgs {
     /// Rewrite the baseline from this run (deliberately).
     #[arg(long)]
     pub update: bool,
-    #[arg(long, default_value = "results/baselines/check.json")]
-    pub baseline: PathBuf,
+    /// The baseline compared with (default: the device's own, [`baseline_for`]).
+    #[arg(long)]
+    pub baseline: Option<PathBuf>,
     #[arg(long, default_value = "experiments")]
     pub specs: PathBuf,
     #[arg(long, default_value = DEFAULT_CACHE_DIR)]
@@ -25,6 +26,18 @@ pub struct CheckArgs {
     /// Also write a JUnit XML report (one test case per arm and metric) to this file.
     #[arg(long)]
     pub junit: Option<PathBuf>,
+}
+
+/// Each device kind has its own baseline: a run on another device sums in another order, so its
+/// RL trajectory (and cold start) differ from flex's by more than rounding after a few steps;
+/// each device's run is deterministic, so each is checked against its own record.
+/// `results/baselines/check.json` is flex's, `check-<device>.json` any other's.
+pub fn baseline_for(device_name: &str) -> PathBuf {
+    let dir = PathBuf::from("results/baselines");
+    match device_name {
+        "flex" => dir.join("check.json"),
+        other => dir.join(format!("check-{other}.json")),
+    }
 }
 
 pub fn run(device: Device, device_name: String, a: &CheckArgs) -> Result<()> {
@@ -42,7 +55,11 @@ pub fn run(device: Device, device_name: String, a: &CheckArgs) -> Result<()> {
         stop: Arc::new(AtomicBool::new(false)),
         on_step: None,
     };
-    let result = check(&spec, &opts, &a.baseline, a.update, a.junit.as_deref());
+    let baseline = a
+        .baseline
+        .clone()
+        .unwrap_or_else(|| baseline_for(&opts.device_name));
+    let result = check(&spec, &opts, &baseline, a.update, a.junit.as_deref());
     let _ = std::fs::remove_dir_all(&out);
     println!("{}", result?);
     Ok(())

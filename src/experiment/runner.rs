@@ -227,16 +227,20 @@ fn cold_starts(cells: &[&CellConfig], opts: &RunOptions) -> Result<()> {
 /// The cell's task and its (cached) cold start.
 fn cold_start(cell: &CellConfig, opts: &RunOptions) -> Result<(Task, ColdStart)> {
     let task = Task::new(cell.task.clone(), cell.seed)?;
+    let train_on = match cell.coldstart.device {
+        Some(d) => d.device().context("key 'coldstart.device'")?,
+        None => opts.device.clone(),
+    };
     let cs = load_or_train(
         &cell.model,
         &task,
         &cell.coldstart,
         cell.seed,
-        &opts.device,
+        &train_on,
         &opts.cache_dir,
         &opts.progress,
     )?;
-    Ok((task, cs))
+    Ok((task, cs.to_device(&opts.device)?))
 }
 
 /// What the collapse detector reads from one step.
