@@ -108,6 +108,7 @@ impl Chart for BarChart {
         chart
             .configure_mesh()
             .disable_x_mesh()
+            .max_light_lines(0)
             .x_labels(2 * n + 1)
             .x_label_formatter(&xfmt)
             .y_label_formatter(&yfmt)

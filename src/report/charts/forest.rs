@@ -137,6 +137,7 @@ impl Chart for Forest {
         chart
             .configure_mesh()
             .disable_y_mesh()
+            .max_light_lines(0)
             .y_labels(0)
             .x_desc(&self.x_label)
             .label_style(("sans-serif", 13))

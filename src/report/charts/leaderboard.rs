@@ -95,6 +95,7 @@ impl Leaderboard {
         chart
             .configure_mesh()
             .disable_y_mesh()
+            .max_light_lines(0)
             .y_labels(0)
             .x_labels(6)
             .x_label_formatter(&|v: &f64| {
