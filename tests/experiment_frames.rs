@@ -714,6 +714,45 @@ fn a_slim_folder_reports_the_same_files() {
             .iter()
             .any(|c| c == "grad_norm")
     );
+
+    // `--drop`: a metric the report reads goes too; the report then treats it as not
+    // measured (no mismatch chart, no KL in the summary), re-reports identically, and the
+    // record keeps what went before. Names the schema lacks, or identity columns, are refused.
+    use driftlab::report::slim::slim_dropping;
+    let pair = |f: &str, c: &str| vec![(f.to_string(), c.to_string())];
+    for (bad, why) in [
+        (pair("stepz", "mismatch_kl_k3"), "no frame 'stepz'"),
+        (pair("steps", "kl_nope"), "no column 'kl_nope'"),
+        (pair("steps", "arm"), "only metric (float) columns"),
+    ] {
+        let e = format!("{:#}", slim_dropping(&slim, &bad).unwrap_err());
+        assert!(e.contains(why), "{e}");
+    }
+    slim_dropping(&slim, &pair("steps", "mismatch_kl_k3")).unwrap();
+    let plots = slim.join("plots");
+    std::fs::remove_dir_all(&plots).unwrap();
+    write_report(&slim).unwrap();
+    let made: Vec<String> = walk(&plots)
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(made.iter().any(|n| n == "reward.svg"), "{made:?}");
+    assert!(!made.iter().any(|n| n == "mismatch_kl.svg"), "{made:?}");
+    let summary = std::fs::read(slim.join("summary.json")).unwrap();
+    write_report(&slim).unwrap();
+    assert!(summary == std::fs::read(slim.join("summary.json")).unwrap());
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(slim.join("config.json")).unwrap()).unwrap();
+    let steps: Vec<&str> = cfg["slim"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c.as_str())
+        .collect();
+    assert!(
+        steps.contains(&"entropy") && steps.contains(&"mismatch_kl_k3"),
+        "{steps:?}"
+    );
     let _ = std::fs::remove_dir_all(&o.out);
     let _ = std::fs::remove_dir_all(&slim);
 }

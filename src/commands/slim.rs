@@ -2,7 +2,7 @@
 //! a results folder), recorded in config.json; `--shard` for a shard folder that `merge` will
 //! read later (every column kept, the config's cells grouped).
 
-use crate::report::slim::{slim, slim_shard};
+use crate::report::slim::{slim, slim_dropping, slim_shard};
 use anyhow::Result;
 use std::path::PathBuf;
 
@@ -13,13 +13,28 @@ pub struct SlimArgs {
     /// schema), group the config's cells, rewrite the frames with the compact codec
     #[arg(long)]
     pub shard: bool,
+    /// Also drop these metric columns the report reads, as FRAME.COLUMN (comma-separated,
+    /// e.g. steps.mismatch_kl_k3): for a folder over the repository's budget; the report then
+    /// leaves out what needs them, and config.json records them
+    #[arg(long, value_delimiter = ',', conflicts_with = "shard")]
+    pub drop: Vec<String>,
 }
 
 pub fn run(a: &SlimArgs) -> Result<()> {
+    let extra = a
+        .drop
+        .iter()
+        .map(|d| match d.split_once('.') {
+            Some((f, c)) => Ok((f.to_string(), c.to_string())),
+            None => anyhow::bail!("--drop {d}: expected FRAME.COLUMN, e.g. steps.mismatch_kl_k3"),
+        })
+        .collect::<Result<Vec<_>>>()?;
     let (before, after) = if a.shard {
         slim_shard(&a.dir)?
-    } else {
+    } else if extra.is_empty() {
         slim(&a.dir)?
+    } else {
+        slim_dropping(&a.dir, &extra)?
     };
     println!(
         "slimmed {}: frames {:.2} MB -> {:.2} MB",

@@ -81,7 +81,9 @@ pub fn load_frames_of(dir: &Path, info: &RunInfo) -> Result<RunFrames> {
         if optional.iter().any(|o| o.name == s.name) && !path.exists() {
             return Ok(DataFrame::empty());
         }
-        read_parquet(&path).and_then(|df| sorted_by_cell(df, &order))
+        read_parquet(&path)
+            .and_then(|df| with_dropped(df, s, info))
+            .and_then(|df| sorted_by_cell(df, &order))
     });
     Ok(RunFrames {
         steps: steps?,
@@ -91,6 +93,23 @@ pub fn load_frames_of(dir: &Path, info: &RunInfo) -> Result<RunFrames> {
         prefixes: prefixes?,
         events: events?,
     })
+}
+
+/// A metric column that `driftlab slim --drop` took out of a committed folder (beyond the
+/// columns no report reads) comes back as nulls, the schema's "does not apply": summaries
+/// leave its metric out and figures of it are not drawn, as for a run that never measured it.
+fn with_dropped(mut df: DataFrame, s: &schema::FrameSchema, info: &RunInfo) -> Result<DataFrame> {
+    let unread = crate::report::slim::unread(s.name);
+    let n = df.height();
+    for name in info.slimmed.get(s.name).into_iter().flatten() {
+        let float = s
+            .columns()
+            .any(|c| c.name == name && matches!(c.dtype, schema::Dtype::Float));
+        if float && !unread.contains(&name.as_str()) && df.column(name).is_err() {
+            df.with_column(Column::full_null(name.into(), n, &DataType::Float64))?;
+        }
+    }
+    Ok(df)
 }
 
 fn sorted_by_cell(df: DataFrame, order: &[(String, String)]) -> Result<DataFrame> {

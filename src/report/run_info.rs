@@ -34,6 +34,8 @@ pub struct RunInfo {
     pub reversal: bool,
     /// The sweep axis (each regime's value on it is its `x`).
     pub sweep: Option<String>,
+    /// Per frame, the columns `driftlab slim` dropped from this folder (config.json's `slim`).
+    pub slimmed: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl Default for RunInfo {
@@ -45,6 +47,7 @@ impl Default for RunInfo {
             secondary: Vec::new(),
             reversal: false,
             sweep: None,
+            slimmed: Default::default(),
         }
     }
 }
@@ -90,9 +93,16 @@ impl RunInfo {
                 None => Vec::new(),
             },
         };
+        let slimmed = match v.get("slim") {
+            Some(s) => serde_json::from_value(s.clone()).with_context(|| {
+                format!("the 'slim' record of {} does not parse", path.display())
+            })?,
+            None => Default::default(),
+        };
         let Some(spec) = spec else {
             return Ok(RunInfo {
                 cells,
+                slimmed,
                 ..RunInfo::default()
             });
         };
@@ -107,6 +117,7 @@ impl RunInfo {
             reversal: spec.reversal,
             sweep: spec.sweep,
             regimes: spec.regimes,
+            slimmed,
         })
     }
 

@@ -64,20 +64,52 @@ pub const UNREAD: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// The columns of `frame` no report reads.
+pub fn unread(frame: &str) -> &'static [&'static str] {
+    UNREAD
+        .iter()
+        .find(|(n, _)| *n == frame)
+        .map_or(&[][..], |(_, c)| *c)
+}
+
 /// Rewrite the frames of `dir` without their unread columns; returns the bytes before and
 /// after. A folder slimmed before is slimmed again without change to its contents.
 pub fn slim(dir: &Path) -> Result<(u64, u64)> {
-    compact(dir, false)
+    compact(dir, false, &[])
+}
+
+/// [`slim`], also dropping `extra` (frame, column) pairs the report does read: a folder over
+/// the repository's budget gives up some figures and summary metrics (the report then treats
+/// the column as not measured, see [`crate::report::load`]), recorded in config.json like the
+/// rest. Only metric columns (Float) may go; a frame or column the schema lacks is an error
+/// naming it.
+pub fn slim_dropping(dir: &Path, extra: &[(String, String)]) -> Result<(u64, u64)> {
+    for (frame, column) in extra {
+        let s = schema::frames()
+            .into_iter()
+            .find(|s| s.name == frame)
+            .with_context(|| {
+                format!("--drop {frame}.{column}: no frame '{frame}' (steps, updates, layers, lengths, prefixes, events)")
+            })?;
+        let c = s.columns().find(|c| c.name == column).with_context(|| {
+            format!("--drop {frame}.{column}: the {frame} frame has no column '{column}'")
+        })?;
+        anyhow::ensure!(
+            matches!(c.dtype, schema::Dtype::Float),
+            "--drop {frame}.{column}: only metric (float) columns may be dropped; '{column}' identifies rows"
+        );
+    }
+    compact(dir, false, extra)
 }
 
 /// The committed form of a shard folder that `driftlab merge` will read in a later session:
 /// every column kept (merge needs the whole schema), frames in the compact codec and the
 /// config's cells grouped. Slim the merged folder afterwards.
 pub fn slim_shard(dir: &Path) -> Result<(u64, u64)> {
-    compact(dir, true)
+    compact(dir, true, &[])
 }
 
-fn compact(dir: &Path, keep_columns: bool) -> Result<(u64, u64)> {
+fn compact(dir: &Path, keep_columns: bool, extra: &[(String, String)]) -> Result<(u64, u64)> {
     let (mut before, mut after) = (0, 0);
     let mut dropped = Map::new();
     for s in schema::frames() {
@@ -91,9 +123,14 @@ fn compact(dir: &Path, keep_columns: bool) -> Result<(u64, u64)> {
             .iter()
             .find(|(n, _)| *n == s.name && !keep_columns)
             .map_or(&[][..], |(_, c)| *c);
+        let also = extra
+            .iter()
+            .filter(|(f, _)| f == s.name)
+            .map(|(_, c)| c.as_str());
         let gone: Vec<&str> = unread
             .iter()
             .copied()
+            .chain(also)
             .filter(|c| df.column(c).is_ok())
             .collect();
         // Rewritten even when no column goes: the committed form is also the compact codec.
@@ -118,8 +155,15 @@ fn compact(dir: &Path, keep_columns: bool) -> Result<(u64, u64)> {
             .context("config.json is not an object")?
             .entry("slim")
             .or_insert_with(|| Value::Object(Map::new()));
+        // A folder slimmed again keeps the record of what went before.
         for (k, v) in dropped {
-            slim[k.as_str()] = v;
+            let mut all: Vec<Value> = slim[k.as_str()].as_array().cloned().unwrap_or_default();
+            for c in v.as_array().into_iter().flatten() {
+                if !all.contains(c) {
+                    all.push(c.clone());
+                }
+            }
+            slim[k.as_str()] = Value::from(all);
         }
     }
     // The resolved cells grouped by what they share beyond the seed, and the file without

@@ -382,6 +382,11 @@ fn plots_in(pdir: &Path, r: &Regime, eps: &[&Endpoint]) -> Result<Vec<&'static s
     }
     // A KL is positive and spans decades across regimes: always a log axis.
     let (series, _) = band_chart(&curves(&f.steps, multi, "step", "mismatch_kl_k3")?, false);
+    if series.iter().all(|s| s.points.is_empty()) {
+        // A folder committed without its mismatch columns (`slim --drop`): no empty chart.
+        made.retain(|p| *p != "mismatch_kl");
+        return Ok(made);
+    }
     let mut mk = line(
         "Train–inference mismatch: k3 KL per token, rollout engine vs trainer (95% band)",
         "RL step",
