@@ -1062,3 +1062,26 @@ fn a_regime_can_run_its_own_seeds_within_its_controls() {
 fn rl_table(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
     v.as_object().unwrap().clone()
 }
+
+/// `bench --rl --spec`: every arm of the regime timed in interleaved rounds, one median each;
+/// an unknown regime is an error naming it.
+#[test]
+fn the_arms_of_a_regime_are_timed_in_interleaved_rounds() {
+    use driftlab::bench::arms::bench_arms;
+    let s = spec(2);
+    let o = opts("bench-arms");
+    let b = bench_arms(&s, None, &o, 1, 3).unwrap();
+    let arms: Vec<&str> = b.median_s.keys().map(String::as_str).collect();
+    assert_eq!(arms, ["grpo_r2", "gspo"]);
+    assert!(
+        b.steps_s
+            .values()
+            .all(|v| v.len() == 3 && v.iter().all(|x| *x > 0.0)),
+        "{:?}",
+        b.steps_s
+    );
+    assert_eq!((b.rounds, b.warmup, b.threads), (3, 1, 1));
+    let e = format!("{:#}", bench_arms(&s, Some("nope"), &o, 1, 1).unwrap_err());
+    assert!(e.contains("nope"), "{e}");
+    let _ = std::fs::remove_dir_all(o.cache_dir.parent().unwrap());
+}

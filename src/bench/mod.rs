@@ -1,6 +1,7 @@
 //! The benchmarks of `driftlab bench` (`commands/bench.rs`): medians of train/generation
 //! throughput and of one MoE layer fwd+bwd. Speed is reported, never asserted by tests.
 
+pub mod arms;
 pub mod preset;
 pub mod timing;
 

@@ -23,10 +23,34 @@ pub struct BenchArgs {
     /// tokens/s, achieved GFLOP/s and peak RSS.
     #[arg(long)]
     pub preset: Option<Preset>,
+    /// With --rl: time every arm of one regime of this experiment instead, as its cells run
+    /// (the regime's settings, each arm's cold start of the spec's first seed, one thread), in
+    /// interleaved rounds (--reps), medians.
+    #[arg(long)]
+    pub spec: Option<String>,
+    /// With --spec: the regime (needed when the experiment has several).
+    #[arg(long, requires = "spec")]
+    pub regime: Option<String>,
+    /// With --spec: also write the result as JSON here (a results folder's `bench.json` is
+    /// the cost per step its fix leaderboard shows).
+    #[arg(long, requires = "spec")]
+    pub out: Option<std::path::PathBuf>,
+    #[arg(long, default_value = "experiments")]
+    pub specs: std::path::PathBuf,
+    #[arg(long, default_value = crate::util::io::DEFAULT_CACHE_DIR)]
+    pub cache_dir: std::path::PathBuf,
 }
 
-pub fn run(device: &Device, a: &BenchArgs) -> Result<()> {
+pub fn run(device: &Device, device_name: &str, a: &BenchArgs) -> Result<()> {
     let reps = a.reps;
+    if let Some(name) = &a.spec {
+        anyhow::ensure!(
+            a.rl,
+            "--spec selects the per-arm RL step benchmark: add --rl"
+        );
+        anyhow::ensure!(a.preset.is_none(), "--spec and --preset exclude each other");
+        return arms(device, device_name, name, a);
+    }
     if let Some(p) = a.preset {
         anyhow::ensure!(a.rl, "--preset selects the RL step benchmark: add --rl");
         return rl_preset(p, device, reps);
@@ -59,6 +83,39 @@ pub fn run(device: &Device, a: &BenchArgs) -> Result<()> {
             "adamw step ({preset} weights): tensor ops {:.1} ms, {fused} (medians)",
             tensor * 1e3
         );
+    }
+    Ok(())
+}
+
+/// `bench --rl --spec NAME`: every arm of one regime, interleaved rounds, medians.
+fn arms(device: &Device, device_name: &str, name: &str, a: &BenchArgs) -> Result<()> {
+    use crate::bench::arms::bench_arms;
+    let spec = crate::experiment::find_spec(&a.specs, name)?;
+    let opts = crate::experiment::RunOptions {
+        out: std::env::temp_dir(),
+        device: device.clone(),
+        device_name: device_name.to_string(),
+        cache_dir: a.cache_dir.clone(),
+        progress: crate::util::progress::Progress::auto(),
+        shard: None,
+        resume: false,
+        stop: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        jobs: 1,
+        on_step: None,
+    };
+    let b = bench_arms(&spec, a.regime.as_deref(), &opts, 2, a.reps)?;
+    println!(
+        "rl step of each arm of {} / {} (seed {}, one thread, {} interleaved rounds after {} warm-up steps): median seconds",
+        b.experiment, b.regime, b.seed, b.rounds, b.warmup
+    );
+    let mut rows: Vec<(&String, &f64)> = b.median_s.iter().collect();
+    rows.sort_by(|x, y| x.1.total_cmp(y.1));
+    for (arm, s) in rows {
+        println!("  {arm:<24} {s:.3}");
+    }
+    if let Some(out) = &a.out {
+        crate::util::io::write_json(out, &b)?;
+        println!("wrote {}", out.display());
     }
     Ok(())
 }

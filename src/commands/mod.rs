@@ -34,7 +34,7 @@ pub fn run(cli: Cli) -> Result<()> {
     let device_name = cli.global.device.to_string();
     match cli.command {
         Command::Coldstart(a) => coldstart::run(&device, &a),
-        Command::Bench(a) => bench::run(&device, &a),
+        Command::Bench(a) => bench::run(&device, &device_name, &a),
         Command::Learn(a) => learn::run(&device, &a),
         Command::Experiment(a) => experiment::run(device, device_name, jobs, &a),
         Command::Check(a) => check::run(device, device_name, &a),

@@ -11,7 +11,7 @@ pub mod runner;
 pub mod shard;
 pub mod spec;
 pub mod status;
-mod version;
+pub(crate) mod version;
 
 pub use catalog::{find_spec, list_specs};
 pub use cell::CellConfig;

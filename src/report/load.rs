@@ -20,6 +20,9 @@ pub struct RunFrames {
     /// Empty for runs written before the prefixes frame existed.
     pub prefixes: DataFrame,
     pub events: DataFrame,
+    /// The folder's `bench.json` (`driftlab bench --rl --spec`), where it has one: per-arm
+    /// step costs measured in interleaved rounds, which the fix leaderboard shows.
+    pub bench: Option<crate::bench::arms::ArmBench>,
 }
 
 impl RunFrames {
@@ -42,6 +45,7 @@ impl RunFrames {
             lengths: keep(&self.lengths)?,
             prefixes: keep(&self.prefixes)?,
             events: keep(&self.events)?,
+            bench: self.bench.clone(),
         })
     }
 }
@@ -92,6 +96,7 @@ pub fn load_frames_of(dir: &Path, info: &RunInfo) -> Result<RunFrames> {
         lengths: lengths?,
         prefixes: prefixes?,
         events: events?,
+        bench: crate::bench::arms::ArmBench::load(dir)?,
     })
 }
 

@@ -28,6 +28,8 @@ pub struct Leaderboard {
     pub x_label: String,
     /// The margin δ: the grey band ±δ.
     pub margin: f64,
+    /// The cost panel's title: where the seconds per step come from.
+    pub cost_from: &'static str,
     pub rows: Vec<LeaderRow>,
     /// Legend text of each tone.
     pub tones: Vec<String>,
@@ -228,7 +230,7 @@ impl Leaderboard {
         let hi = if hi > 0.0 { 1.25 * hi } else { 1.0 };
         let mut chart = self.panel(
             area,
-            "cost in this run",
+            self.cost_from,
             (0.0, hi),
             "seconds per RL step (median)",
         )?;

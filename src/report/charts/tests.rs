@@ -168,6 +168,7 @@ fn the_leaderboard_draws_all_three_panels_and_every_arm() {
         title: "board".into(),
         x_label: "arm − grpo".into(),
         margin: 0.05,
+        cost_from: "cost in this run",
         rows: vec![
             row("grpo_r2", Some((0.04, (0.01, 0.07))), Some(0.2)),
             row("gspo", Some((-0.01, (-0.05, 0.03))), None),

@@ -49,6 +49,7 @@ fn arms_and_frames(x: &str) -> (Arms, RunFrames) {
         lengths: DataFrame::empty(),
         prefixes: DataFrame::empty(),
         events: DataFrame::empty(),
+        bench: None,
     };
     (arms, empty)
 }

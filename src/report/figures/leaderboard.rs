@@ -1,8 +1,9 @@
 //! The fix leaderboard of a regime with a control (claim (n)): each arm's paired effect on the
 //! final greedy eval accuracy against GRPO without replay, with its verdict, the share of its
 //! cells that collapsed or had a token-ratio explosion, and its median seconds per RL step in
-//! this run (where the frames keep the timings; cells ran side by side, so the costs compare
-//! arms within the run, not machines).
+//! `bench.json` (`driftlab bench --rl --spec`: interleaved rounds, one thread) or else in this
+//! run (where the frames keep the timings; cells ran side by side, so those costs compare arms
+//! within the run, not machines).
 
 use super::panels::{tone_of, verdict_tones};
 use crate::experiment::Claim;
@@ -13,9 +14,18 @@ use crate::report::regime::Regime;
 use anyhow::Result;
 use std::collections::BTreeMap;
 
-/// Median seconds per RL step of each arm (rollout + update + probe), from the steps frame;
-/// empty when the frame does not keep the timings (a slimmed run before they were kept).
-fn step_secs(r: &Regime) -> Result<BTreeMap<String, f64>> {
+/// Median seconds per RL step of each arm (rollout + update + probe): from the folder's
+/// `bench.json` where it was measured for this regime (interleaved rounds on one thread, the
+/// cost of the arm itself), else from the steps frame (the cells' own steps, beside whatever
+/// else ran); empty when neither is there. The second element says which.
+fn step_secs(r: &Regime) -> Result<(BTreeMap<String, f64>, &'static str)> {
+    if let Some(b) = r.frames.bench.as_ref().filter(|b| b.regime == r.name) {
+        return Ok((b.median_s.clone(), "cost: bench --rl, one thread"));
+    }
+    Ok((frame_secs(r)?, "cost in this run"))
+}
+
+fn frame_secs(r: &Regime) -> Result<BTreeMap<String, f64>> {
     let s = &r.frames.steps;
     let cols = ["t_rollout", "t_update", "t_probe"];
     if s.height() == 0 || cols.iter().any(|c| s.column(c).is_err()) {
@@ -53,7 +63,7 @@ pub(super) fn leaderboard(r: &Regime, eps: &[&Endpoint]) -> Result<Option<Leader
     else {
         return Ok(None);
     };
-    let secs = step_secs(r)?;
+    let (secs, cost_from) = step_secs(r)?;
     let share = |name: &str, metric: &str| -> f64 {
         r.arms
             .arms
@@ -95,6 +105,7 @@ pub(super) fn leaderboard(r: &Regime, eps: &[&Endpoint]) -> Result<Option<Leader
         ),
         x_label: format!("arm − {reference} (grey band: within ±δ)"),
         margin: mine[0].margin,
+        cost_from,
         rows,
         tones: verdict_tones(),
     }))
