@@ -4,10 +4,8 @@
 //! same machine load — and reported as medians. With `--out`, written as JSON; a results
 //! folder's `bench.json` is the cost per step its fix leaderboard shows.
 
-use crate::coldstart::load_or_train;
 use crate::experiment::{ExperimentSpec, RunOptions};
 use crate::rl::Trainer;
-use crate::task::Task;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -90,16 +88,7 @@ pub fn bench_arms(
     let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
     let mut trainers = Vec::new();
     for c in &mine {
-        let task = Task::new(c.task.clone(), c.seed)?;
-        let cs = load_or_train(
-            &c.model,
-            &task,
-            &c.coldstart,
-            c.seed,
-            &opts.device,
-            &opts.cache_dir,
-            &opts.progress,
-        )?;
+        let (task, cs) = crate::experiment::cold_start(c, opts)?;
         let t = Trainer::new(c.rl.clone(), cs.model, task, c.seed)
             .with_context(|| format!("arm '{}'", c.arm))?;
         trainers.push((c.arm.clone(), t));

@@ -16,7 +16,7 @@ pub(crate) mod version;
 pub use catalog::{find_spec, list_specs};
 pub use cell::CellConfig;
 pub use claim::{CLAIM_LETTERS, Claim, DEFAULT_CLAIMS};
-pub use runner::{RunOptions, run_experiment};
+pub use runner::{RunOptions, cold_start, run_experiment};
 pub use shard::Shard;
 pub use spec::{ArmSpec, ExperimentSpec, MapAt, RegimeSpec};
 pub use status::{CellState, CellStatus};

@@ -224,8 +224,9 @@ fn cold_starts(cells: &[&CellConfig], opts: &RunOptions) -> Result<()> {
     })
 }
 
-/// The cell's task and its (cached) cold start.
-fn cold_start(cell: &CellConfig, opts: &RunOptions) -> Result<(Task, ColdStart)> {
+/// The cell's task and its (cached) cold start, trained on the device its `coldstart.device`
+/// names (else the run's) and handed over on the run's device.
+pub fn cold_start(cell: &CellConfig, opts: &RunOptions) -> Result<(Task, ColdStart)> {
     let task = Task::new(cell.task.clone(), cell.seed)?;
     let train_on = match cell.coldstart.device {
         Some(d) => d.device().context("key 'coldstart.device'")?,
