@@ -240,9 +240,10 @@ fn measured_rows(
     update: bool,
 ) -> Result<Option<Vec<Row>>> {
     // Read first: a missing or foreign baseline fails before the run, not after it.
-    let base = match update {
-        false => Some(read_baseline(baseline, &opts.device_name)?),
-        true => None,
+    let base = if update {
+        None
+    } else {
+        Some(read_baseline(baseline, &opts.device_name)?)
     };
     let (current, _) = measure(spec, opts)?;
     let Some(base) = base else {

@@ -56,12 +56,7 @@ pub fn bench_arms(
     rounds: usize,
 ) -> Result<ArmBench> {
     let cells = spec.resolve(&opts.device_name)?;
-    let mut regimes: Vec<String> = Vec::new();
-    for c in &cells {
-        if !regimes.contains(&c.regime) {
-            regimes.push(c.regime.clone());
-        }
-    }
+    let regimes = crate::util::names::distinct(cells.iter().map(|c| c.regime.clone()));
     let regime = match regime {
         Some(r) => {
             let names: Vec<&str> = regimes.iter().map(String::as_str).collect();

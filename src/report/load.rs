@@ -55,16 +55,7 @@ pub fn regimes(df: &DataFrame) -> Vec<String> {
     distinct(str_col(df, "regime").unwrap_or_default())
 }
 
-/// The distinct values of `v` in order of first appearance.
-pub fn distinct(v: impl IntoIterator<Item = String>) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for x in v {
-        if !out.contains(&x) {
-            out.push(x);
-        }
-    }
-    out
-}
+pub use crate::util::names::distinct;
 
 /// The frames of the run in `dir`, each sorted by cell — in spec order (`config.json`), else
 /// in order of first appearance — then seed, step, minibatch and layer (those present), so

@@ -119,15 +119,16 @@ fn compact(dir: &Path, keep_columns: bool, extra: &[(String, String)]) -> Result
         }
         before += std::fs::metadata(&path)?.len();
         let df = read_parquet(&path)?;
-        let unread = UNREAD
-            .iter()
-            .find(|(n, _)| *n == s.name && !keep_columns)
-            .map_or(&[][..], |(_, c)| *c);
+        let never_read = if keep_columns {
+            &[][..]
+        } else {
+            unread(s.name)
+        };
         let also = extra
             .iter()
             .filter(|(f, _)| f == s.name)
             .map(|(_, c)| c.as_str());
-        let gone: Vec<&str> = unread
+        let gone: Vec<&str> = never_read
             .iter()
             .copied()
             .chain(also)

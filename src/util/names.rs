@@ -143,3 +143,14 @@ mod enum_tests {
         assert_eq!(v, Colour::Red);
     }
 }
+
+/// The distinct values of `v` in order of first appearance.
+pub fn distinct(v: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for x in v {
+        if !out.contains(&x) {
+            out.push(x);
+        }
+    }
+    out
+}
