@@ -104,6 +104,18 @@ impl StabilityMap {
             .fold(2.0 * d, f64::max)
     }
 
+    /// The title with the colour scale and the marks explained.
+    fn full_title(&self) -> String {
+        let s = self.scale();
+        match self.margin {
+            Some(d) => format!(
+                "{} (colour ±{s:.2}; unadjusted 95% CI per cell: ▼ below −δ, = inside ±δ, ▲ above +δ; δ = {d})",
+                self.title
+            ),
+            None => format!("{} (colour: 0 white, 1 red)", self.title),
+        }
+    }
+
     fn color(&self, v: f64) -> RGBColor {
         match self.margin {
             Some(_) => diverging(v / self.scale()),
@@ -188,7 +200,12 @@ impl Chart for StabilityMap {
             .unwrap_or(0) as u32;
         let col = (longest * 13 / 2 + 16).max(100);
         let panel = 110 + col * self.cols.len().max(1) as u32;
-        ((2 * panel).max(1100) + COLOUR_BAR, 60 + n.div_ceil(2) * h)
+        // And wide enough for the title (15 px text, ~7.8 px a character).
+        let title = self.full_title().chars().count() as u32 * 39 / 5 + 40;
+        (
+            (2 * panel).max(1100).max(title) + COLOUR_BAR,
+            60 + n.div_ceil(2) * h,
+        )
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
@@ -196,15 +213,9 @@ impl Chart for StabilityMap {
         DB::ErrorType: 'static,
     {
         root.fill(&WHITE).map_err(err)?;
-        let s = self.scale();
-        let title = match self.margin {
-            Some(d) => format!(
-                "{} (colour ±{s:.2}; unadjusted 95% CI per cell: ▼ below −δ, = inside ±δ, ▲ above +δ; δ = {d})",
-                self.title
-            ),
-            None => format!("{} (colour: 0 white, 1 red)", self.title),
-        };
-        let root = root.titled(&title, ("sans-serif", 15)).map_err(err)?;
+        let root = root
+            .titled(&self.full_title(), ("sans-serif", 15))
+            .map_err(err)?;
         let (w, _) = root.dim_in_pixel();
         let (root, bar) = root.split_horizontally(w.saturating_sub(COLOUR_BAR));
         self.draw_colour_bar(&bar)?;

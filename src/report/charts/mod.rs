@@ -133,6 +133,11 @@ pub fn method_color(name: &str) -> Option<usize> {
         "grpo_shift",
         "gmpo",
         "grpo_tis",
+        "grpo_icepop",
+        "grpo_mis",
+        "grpo_opsm",
+        "grpo_r3_threshold",
+        "grpo_pr2",
     ];
     known.iter().position(|k| *k == arm)
 }
@@ -148,18 +153,23 @@ pub fn series_colors<'a>(names: impl Iterator<Item = (&'a str, Option<usize>)>) 
         // A series sharing another's colour on purpose (a fit in its data's colour) keeps it.
         let mut c = want;
         if own.is_none() {
-            while taken.iter().any(|(t, n)| *t == c % 10 && n != name) && taken.len() < 10 {
+            while taken.iter().any(|(t, n)| *t == c % COLORS && n != name) && taken.len() < COLORS {
                 c += 1;
             }
         }
-        taken.push((c % 10, name.to_string()));
-        out.push(c % 10);
+        taken.push((c % COLORS, name.to_string()));
+        out.push(c % COLORS);
     }
     out
 }
 
+/// How many distinct series colours [`palette`] has.
+pub const COLORS: usize = 16;
+
+/// The series colours: the ten of matplotlib's tab10 first (every committed figure with up
+/// to ten series keeps them), then six more for the arms of the larger studies.
 pub fn palette(i: usize) -> RGBColor {
-    const C: [RGBColor; 10] = [
+    const C: [RGBColor; COLORS] = [
         RGBColor(31, 119, 180),
         RGBColor(255, 127, 14),
         RGBColor(44, 160, 44),
@@ -170,6 +180,12 @@ pub fn palette(i: usize) -> RGBColor {
         RGBColor(127, 127, 127),
         RGBColor(188, 189, 34),
         RGBColor(23, 190, 207),
+        RGBColor(230, 171, 2),
+        RGBColor(27, 94, 32),
+        RGBColor(204, 0, 153),
+        RGBColor(251, 128, 114),
+        RGBColor(102, 194, 165),
+        RGBColor(166, 86, 40),
     ];
     C[i % C.len()]
 }

@@ -2,7 +2,7 @@
 //! [`super::charts`]). Every curve is a mean over seeds with its 95% Student-t band; paper
 //! values are dashed reference lines labelled with their source.
 
-use super::charts::{BarChart, Chart, LineChart, Marker, MarkerKind, Series, spans_decades};
+use super::charts::{BarChart, Chart, Faint, LineChart, Marker, MarkerKind, Series, spans_decades};
 use super::endpoints::Endpoint;
 use super::load::{RunFrames, distinct};
 use super::regime::Regime;
@@ -311,46 +311,39 @@ fn optional_plots(pdir: &Path, r: &Regime, made: &mut Vec<&'static str>) -> Resu
     Ok(())
 }
 
-/// Every plot of one regime's frames under `pdir`; returns the names of those made (a figure
-/// whose frame the folder does not keep, e.g. a slimmed run's layers or lengths, is left out
-/// rather than drawn empty).
-fn plots_in(pdir: &Path, r: &Regime, eps: &[&Endpoint]) -> Result<Vec<&'static str>> {
-    let (f, regime) = (&r.frames, r.name.as_str());
-    std::fs::create_dir_all(pdir).with_context(|| format!("creating {}", pdir.display()))?;
-    // One regime's frames: series are named by arm alone.
-    let multi = false;
-    let same = &r.same;
-    forest(eps, regime).save(pdir, "forest")?;
-    let (series, faint) = band_chart(&curves(&f.steps, multi, "step", "reward_mean")?, true);
-    let mut chart = line(
-        "Training reward: EMA(0.9) mean over seeds, 95% band; raw seeds faint",
-        "RL step",
-        "reward",
-        series,
-        false,
-    );
-    chart.faint = faint;
-    chart.markers = event_markers(f, multi, &chart.series)?;
-    merge_twins(&mut chart, &same);
-    chart.save(pdir, "reward")?;
-    let mut rc = reward_vs_compute(f)?;
-    merge_twins(&mut rc, &same);
-    rc.save(pdir, "reward_vs_compute")?;
-    let (series, faint) = band_chart(&curves(&f.steps, multi, "step", "eval_accuracy")?, false);
-    let mut eval = line(
-        "Greedy eval accuracy (held-out set): mean over seeds, 95% band; seeds faint",
-        "RL step",
-        "eval accuracy",
-        series,
-        false,
-    );
-    eval.faint = faint;
-    merge_twins(&mut eval, &same);
-    eval.save(pdir, "eval_accuracy")?;
-    mechanism(f, multi, &same)?.save(pdir, "mechanism")?;
+/// At most this many seeds per series are drawn as faint lines; with more, the mean and its
+/// band alone (hundreds of overlapping seed lines hide the means and swell the file).
+const MAX_FAINT_SEEDS: usize = 20;
+
+/// The faint per-seed lines when no series has more than [`MAX_FAINT_SEEDS`] seeds, and the
+/// end of the chart's title that says whether they are drawn.
+fn faint_if_few(faint: Vec<Faint>, drawn: &str) -> (Vec<Faint>, String) {
+    let most = faint.iter().map(Vec::len).max().unwrap_or(0);
+    if most <= MAX_FAINT_SEEDS {
+        (faint, drawn.to_string())
+    } else {
+        (vec![], format!("{most} seeds per arm"))
+    }
+}
+
+/// The figures drawn from the per-update frame: the mechanism, clipping and drift. A folder
+/// committed without that frame (a study slimmed to its step and event frames) draws none of
+/// them rather than empty axes.
+fn update_plots(
+    pdir: &Path,
+    f: &RunFrames,
+    multi: bool,
+    same: &[Vec<String>],
+    made: &mut Vec<&'static str>,
+) -> Result<()> {
+    if f.updates.height() == 0 {
+        made.retain(|p| !["mechanism", "clip_frac", "clip_frac_by_minibatch", "drift"].contains(p));
+        return Ok(());
+    }
+    mechanism(f, multi, same)?.save(pdir, "mechanism")?;
     clip_bars(f)?.save(pdir, "clip_frac")?;
     let mut by_mb = clip_by_minibatch(f, multi)?;
-    merge_twins(&mut by_mb, &same);
+    merge_twins(&mut by_mb, same);
     by_mb.save(pdir, "clip_frac_by_minibatch")?;
     let (series, _) = band_chart(
         &curves(&f.updates, multi, "step", "drift_expert_frac")?,
@@ -374,7 +367,49 @@ fn plots_in(pdir: &Path, r: &Regime, eps: &[&Endpoint]) -> Result<Vec<&'static s
         "GSPO paper: ~10% per update (48-layer MoE)",
     ));
     drift.save(pdir, "drift")?;
+    Ok(())
+}
+
+/// Every plot of one regime's frames under `pdir`; returns the names of those made (a figure
+/// whose frame the folder does not keep, e.g. a slimmed run's layers or lengths, is left out
+/// rather than drawn empty).
+fn plots_in(pdir: &Path, r: &Regime, eps: &[&Endpoint]) -> Result<Vec<&'static str>> {
+    let (f, regime) = (&r.frames, r.name.as_str());
+    std::fs::create_dir_all(pdir).with_context(|| format!("creating {}", pdir.display()))?;
+    // One regime's frames: series are named by arm alone.
+    let multi = false;
+    let same = &r.same;
+    forest(eps, regime).save(pdir, "forest")?;
+    let (series, faint) = band_chart(&curves(&f.steps, multi, "step", "reward_mean")?, true);
+    let (faint, tail) = faint_if_few(faint, "raw seeds faint");
+    let mut chart = line(
+        &format!("Training reward: EMA(0.9) mean over seeds, 95% band; {tail}"),
+        "RL step",
+        "reward",
+        series,
+        false,
+    );
+    chart.faint = faint;
+    chart.markers = event_markers(f, multi, &chart.series)?;
+    merge_twins(&mut chart, &same);
+    chart.save(pdir, "reward")?;
+    let mut rc = reward_vs_compute(f)?;
+    merge_twins(&mut rc, &same);
+    rc.save(pdir, "reward_vs_compute")?;
+    let (series, faint) = band_chart(&curves(&f.steps, multi, "step", "eval_accuracy")?, false);
+    let (faint, tail) = faint_if_few(faint, "seeds faint");
+    let mut eval = line(
+        &format!("Greedy eval accuracy (held-out set): mean over seeds, 95% band; {tail}"),
+        "RL step",
+        "eval accuracy",
+        series,
+        false,
+    );
+    eval.faint = faint;
+    merge_twins(&mut eval, &same);
+    eval.save(pdir, "eval_accuracy")?;
     let mut made: Vec<&'static str> = PLOTS.to_vec();
+    update_plots(pdir, f, multi, same, &mut made)?;
     optional_plots(pdir, r, &mut made)?;
     if let Some(board) = leaderboard::leaderboard(r, eps)? {
         board.save(pdir, "leaderboard")?;
