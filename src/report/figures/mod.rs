@@ -444,7 +444,17 @@ fn plots_in(pdir: &Path, r: &Regime, eps: &[&Endpoint]) -> Result<Vec<&'static s
 /// Plots of every regime: `plots/<name>.png|svg` for a single-regime run, else
 /// `plots/<regime>/<name>.png|svg`. Returns (regime, folder relative to `dir`, the plots made)
 /// per folder.
+///
+/// A run that declares claim (o) draws none: its regimes are the points of one fit (a few
+/// updates of one arm each), drawn together under `plots/scale/`, and a training-curve set per
+/// configuration would add a dozen figures each that show nothing about the claim.
 pub fn make_plots(dir: &Path, regs: &[Regime], eps: &[Endpoint]) -> Result<Vec<RegimePlots>> {
+    if regs
+        .first()
+        .is_some_and(|r| r.claims.contains(&crate::experiment::Claim::ScaleDrift))
+    {
+        return Ok(Vec::new());
+    }
     let mine = |r: &str| eps.iter().filter(|e| e.regime == r).collect::<Vec<_>>();
     let single = regs.len() <= 1;
     let mut out = Vec::new();

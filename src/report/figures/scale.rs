@@ -87,7 +87,7 @@ fn by_layer(regs: &[Regime], c: &Factors) -> Result<LineChart> {
         series.push(geo_series(&format!("{} layers", f.layers), &pts, false));
     }
     let mut chart = line(
-        "Drift per update by MoE layer, one line per depth (geometric mean over seeds of each cell's mean, 95% band)",
+        "Drift per update by MoE layer, one line per depth (geometric mean over seeds, 95% band)",
         "MoE layer index (0 = first)",
         "share of activated experts that change per update",
         series,
