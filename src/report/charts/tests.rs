@@ -198,3 +198,28 @@ fn the_leaderboard_draws_all_three_panels_and_every_arm() {
         );
     }
 }
+
+#[test]
+fn thirteen_study_arms_get_thirteen_colours_and_tab10_stays_first() {
+    let arms = [
+        "grpo",
+        "grpo_r2",
+        "grpo_r3",
+        "gspo",
+        "cispo",
+        "gmpo",
+        "grpo_shift",
+        "grpo_tis",
+        "grpo_icepop",
+        "grpo_mis",
+        "grpo_opsm",
+        "grpo_r3_threshold",
+        "grpo_pr2",
+    ];
+    let c = super::series_colors(arms.iter().map(|a| (*a, None)));
+    let distinct: std::collections::BTreeSet<_> = c.iter().collect();
+    assert_eq!(distinct.len(), arms.len(), "{c:?}");
+    // A figure of ten series or fewer keeps the colours it had with a ten-colour palette.
+    let ten = super::series_colors((0..10).map(|i| ("x", Some(i))));
+    assert_eq!(ten, (0..10).collect::<Vec<_>>());
+}

@@ -469,3 +469,15 @@ pub fn make_plots(dir: &Path, regs: &[Regime], eps: &[Endpoint]) -> Result<Vec<R
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn seeds_are_drawn_faint_up_to_twenty_per_arm() {
+        let lines = |n: usize| vec![vec![vec![(0.0, 0.0)]; n]; 2];
+        let (few, tail) = super::faint_if_few(lines(20), "seeds faint");
+        assert_eq!((few.len(), tail.as_str()), (2, "seeds faint"));
+        let (many, tail) = super::faint_if_few(lines(46), "seeds faint");
+        assert_eq!((many.len(), tail.as_str()), (0, "46 seeds per arm"));
+    }
+}
