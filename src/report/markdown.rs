@@ -139,6 +139,11 @@ pub fn report(
         f.events.height(),
         steps.iter().max().copied().unwrap_or(0)
     )?;
+    if f.updates.height() == 0 && f.steps.height() > 0 {
+        md.push_str(
+            "This folder keeps no per-update frame (committed without it, for the repository's size): the summary's per-update columns read –, and the drift, ratio and clipping figures are not drawn. The run's command rebuilds it.\n\n",
+        );
+    }
     md.push_str(&info.regimes_table());
     summary_table(&mut md, sums)?;
     identical_arms(&mut md, regs)?;
