@@ -116,30 +116,32 @@ pub struct LineChart {
     pub categorical_x: bool,
 }
 
+/// The arms whose colour is fixed across every figure of every run: their place here.
+pub const METHODS: &[&str] = &[
+    "grpo",
+    "grpo_r2",
+    "grpo_r3",
+    "gspo",
+    "gvpo",
+    "dense",
+    "cispo",
+    "grpo_shift",
+    "gmpo",
+    "grpo_tis",
+    "grpo_icepop",
+    "grpo_mis",
+    "grpo_opsm",
+    "grpo_r3_threshold",
+    "grpo_pr2",
+];
+
 /// The palette index of a method, so that an arm keeps its colour in every figure of every
 /// run: the arm name is the part after a `regime/` prefix and before ` = ` (merged twins).
-/// None for a name outside this list.
+/// None for a name outside [`METHODS`].
 pub fn method_color(name: &str) -> Option<usize> {
     let arm = name.rsplit('/').next().unwrap_or(name);
     let arm = arm.split(" = ").next().unwrap_or(arm).trim();
-    let known = [
-        "grpo",
-        "grpo_r2",
-        "grpo_r3",
-        "gspo",
-        "gvpo",
-        "dense",
-        "cispo",
-        "grpo_shift",
-        "gmpo",
-        "grpo_tis",
-        "grpo_icepop",
-        "grpo_mis",
-        "grpo_opsm",
-        "grpo_r3_threshold",
-        "grpo_pr2",
-    ];
-    known.iter().position(|k| *k == arm)
+    METHODS.iter().position(|k| *k == arm)
 }
 
 /// The palette index of each series of a chart: its own `color`, else its method's, else its

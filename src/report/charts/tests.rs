@@ -200,22 +200,8 @@ fn the_leaderboard_draws_all_three_panels_and_every_arm() {
 }
 
 #[test]
-fn thirteen_study_arms_get_thirteen_colours_and_tab10_stays_first() {
-    let arms = [
-        "grpo",
-        "grpo_r2",
-        "grpo_r3",
-        "gspo",
-        "cispo",
-        "gmpo",
-        "grpo_shift",
-        "grpo_tis",
-        "grpo_icepop",
-        "grpo_mis",
-        "grpo_opsm",
-        "grpo_r3_threshold",
-        "grpo_pr2",
-    ];
+fn every_named_method_gets_its_own_colour_and_tab10_stays_first() {
+    let arms = super::METHODS;
     let c = super::series_colors(arms.iter().map(|a| (*a, None)));
     let distinct: std::collections::BTreeSet<_> = c.iter().collect();
     assert_eq!(distinct.len(), arms.len(), "{c:?}");
