@@ -75,6 +75,7 @@ pub fn bench_arms(
             regimes.join(", ")
         ),
     };
+    let rounds = rounds.max(1);
     let seed = cells.first().context("the spec has no cells")?.seed;
     let mine: Vec<_> = cells
         .iter()
@@ -89,7 +90,7 @@ pub fn bench_arms(
         trainers.push((c.arm.clone(), t));
     }
     let mut steps_s: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for round in 0..warmup + rounds.max(1) {
+    for round in 0..warmup + rounds {
         for (arm, t) in trainers.iter_mut() {
             let o = pool.install(|| t.step());
             if round >= warmup {
@@ -108,7 +109,7 @@ pub fn bench_arms(
         seed,
         threads: 1,
         warmup,
-        rounds: rounds.max(1),
+        rounds,
         device: opts.device_name.clone(),
         git_commit: crate::experiment::version::git_commit(),
         host: crate::util::host::Host::detect(),

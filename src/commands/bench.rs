@@ -91,18 +91,13 @@ pub fn run(device: &Device, device_name: &str, a: &BenchArgs) -> Result<()> {
 fn arms(device: &Device, device_name: &str, name: &str, a: &BenchArgs) -> Result<()> {
     use crate::bench::arms::bench_arms;
     let spec = crate::experiment::find_spec(&a.specs, name)?;
-    let opts = crate::experiment::RunOptions {
-        out: std::env::temp_dir(),
-        device: device.clone(),
-        device_name: device_name.to_string(),
-        cache_dir: a.cache_dir.clone(),
-        progress: crate::util::progress::Progress::auto(),
-        shard: None,
-        resume: false,
-        stop: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
-        jobs: 1,
-        on_step: None,
-    };
+    let opts = crate::experiment::RunOptions::one_job(
+        std::env::temp_dir(),
+        device.clone(),
+        device_name.to_string(),
+        a.cache_dir.clone(),
+        crate::util::progress::Progress::auto(),
+    );
     let b = bench_arms(&spec, a.regime.as_deref(), &opts, 2, a.reps)?;
     println!(
         "rl step of each arm of {} / {} (seed {}, one thread, {} interleaved rounds after {} warm-up steps): median seconds",

@@ -8,8 +8,6 @@ use crate::util::progress::Progress;
 use anyhow::Result;
 use burn::tensor::Device;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
@@ -43,18 +41,13 @@ pub fn baseline_for(device_name: &str) -> PathBuf {
 pub fn run(device: Device, device_name: String, a: &CheckArgs) -> Result<()> {
     let spec = find_spec(&a.specs, "check")?;
     let out = std::env::temp_dir().join(format!("driftlab-check-{}", std::process::id()));
-    let opts = RunOptions {
-        jobs: 1,
-        out: out.clone(),
+    let opts = RunOptions::one_job(
+        out.clone(),
         device,
         device_name,
-        cache_dir: a.cache_dir.clone(),
-        progress: Progress::Hidden,
-        shard: None,
-        resume: false,
-        stop: Arc::new(AtomicBool::new(false)),
-        on_step: None,
-    };
+        a.cache_dir.clone(),
+        Progress::Hidden,
+    );
     let baseline = a
         .baseline
         .clone()

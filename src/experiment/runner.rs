@@ -51,6 +51,31 @@ pub struct RunOptions {
     pub on_step: Option<OnStep>,
 }
 
+impl RunOptions {
+    /// One job, every cell, no resume, a stop flag of its own: what a command that runs a
+    /// spec for its own measurement (`check`, `bench --rl --spec`) needs.
+    pub fn one_job(
+        out: PathBuf,
+        device: Device,
+        device_name: String,
+        cache_dir: PathBuf,
+        progress: Progress,
+    ) -> Self {
+        RunOptions {
+            out,
+            device,
+            device_name,
+            cache_dir,
+            progress,
+            shard: None,
+            resume: false,
+            stop: Arc::new(AtomicBool::new(false)),
+            jobs: 1,
+            on_step: None,
+        }
+    }
+}
+
 /// `config.json`: every cell's resolved configuration, and the spec they came from.
 #[derive(Serialize)]
 struct RunConfig<'a> {

@@ -345,6 +345,12 @@ fn update_plots(
     let mut by_mb = clip_by_minibatch(f, multi)?;
     merge_twins(&mut by_mb, same);
     by_mb.save(pdir, "clip_frac_by_minibatch")?;
+    drift_chart(f, multi)?.save(pdir, "drift")?;
+    Ok(())
+}
+
+/// Expert drift per update against the RL step, the GSPO paper's ~10% marked.
+fn drift_chart(f: &RunFrames, multi: bool) -> Result<LineChart> {
     let (series, _) = band_chart(
         &curves(&f.updates, multi, "step", "drift_expert_frac")?,
         false,
@@ -366,8 +372,7 @@ fn update_plots(
         0.10,
         "GSPO paper: ~10% per update (48-layer MoE)",
     ));
-    drift.save(pdir, "drift")?;
-    Ok(())
+    Ok(drift)
 }
 
 /// Every plot of one regime's frames under `pdir`; returns the names of those made (a figure
