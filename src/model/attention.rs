@@ -83,6 +83,10 @@ impl Rope {
 pub struct LayerCache {
     pub k: Option<Tensor<3>>,
     pub v: Option<Tensor<3>>,
+    /// The CPU backend's cache instead of `k` and `v` (generation without a graph; see
+    /// [`super::attn_core::HostKv`]). A layer's cache is one or the other from its first call.
+    #[cfg(feature = "flex")]
+    pub host: super::attn_core::HostKv,
 }
 
 #[derive(Clone, Debug)]
@@ -199,6 +203,30 @@ pub fn attention(
     let q = rope.apply(part(0), part(3), pos0); // [B, S, D]
     let mut k = rope.apply(part(1), part(4), pos0);
     let mut v = part(2);
+    #[cfg(feature = "flex")]
+    let cache = match cache {
+        Some(c) if c.k.is_none() => {
+            let ctx = super::attn_core::attention_cached(
+                &q,
+                &k,
+                &v,
+                h,
+                mask.key_valid,
+                pos0,
+                &mut c.host,
+                cfg.max_seq_len,
+            );
+            if let Some(ctx) = ctx {
+                return ctx.reshape([n, d]).matmul(w.wo.clone());
+            }
+            assert!(
+                c.host.is_empty(),
+                "a layer's cache started on the CPU backend's host path"
+            );
+            Some(c)
+        }
+        c => c,
+    };
     if let Some(c) = cache {
         if let (Some(pk), Some(pv)) = (c.k.take(), c.v.take()) {
             k = Tensor::cat(vec![pk, k], 1);

@@ -20,7 +20,7 @@
 //! buffer; other devices keep the tensor path. Checked against it, values and gradients, in
 //! `tests/model.rs`.
 
-use super::host_mm::{View, gemm_into, host};
+use super::host_mm::{View, gemm_into, host, scratch};
 use crate::util::fastmath::exp;
 use crate::util::tensors::{floats, to_vec};
 use burn::backend::autodiff::Autodiff;
@@ -74,6 +74,24 @@ impl Shape {
     }
 }
 
+/// Where key `j` of row `b` starts in the keys' and values' slices: at `b·row + j·key` (its
+/// heads' columns follow). `[b, kv, d]` as the projection makes them, or position-major
+/// `[cap, b, d]` as the generation cache ([`HostKv`]) appends them.
+#[derive(Clone, Copy, Debug)]
+struct Keys {
+    row: usize,
+    key: usize,
+}
+
+impl Keys {
+    fn packed(sh: &Shape) -> Self {
+        Keys {
+            row: sh.kv * sh.d(),
+            key: sh.d(),
+        }
+    }
+}
+
 /// One head's block of a token-major `[rows, d]` matrix starting at `off`: `[rows, hd]`, or
 /// its transpose.
 fn block(data: &[f32], off: usize, d: usize, transposed: bool) -> View<'_> {
@@ -106,29 +124,42 @@ fn softmax_row(row: &mut [f32], keep: &[f32], p: usize) {
     after.fill(0.0);
 }
 
-/// The forward pass: the context `[b, s, d]` and the attention weights `[b, h, s, kv]`.
+/// The forward pass: the context `[b, s, d]` and, when `save` (for backward), the attention
+/// weights `[b, h, s, kv]`; without `save` one (row, head)'s weights at a time, in a workspace.
 fn forward_host(
     q: &[f32],
     k: &[f32],
     v: &[f32],
-    sh: Shape,
-    key_valid: &[bool],
-    pos0: usize,
-) -> (Vec<f32>, Vec<f32>) {
+    (sh, keys): (Shape, Keys),
+    (key_valid, pos0): (&[bool], usize),
+    save: bool,
+) -> (Vec<f32>, Option<Vec<f32>>) {
     let Shape { b, s, kv, h, hd } = sh;
     let d = sh.d();
-    let mut p = vec![0.0; b * h * s * kv];
-    let mut ctx = vec![0.0; b * s * d];
+    // SAFETY: each (row, head) block of `p` is written in full (gemm without accumulation,
+    // then softmax_row over every entry of each row) before it is read, and the blocks of all
+    // (row, head) pairs tile `ctx`, each written by a product without accumulation.
+    let (mut p, mut ctx) = unsafe {
+        (
+            scratch(if save { b * h } else { 1 } * s * kv),
+            scratch(b * s * d),
+        )
+    };
     let keep: Vec<f32> = key_valid.iter().map(|&v| f32::from(u8::from(v))).collect();
-    for (bh, pb) in p.chunks_exact_mut(s * kv).enumerate() {
+    for bh in 0..b * h {
+        let pb = if save {
+            &mut p[bh * s * kv..(bh + 1) * s * kv]
+        } else {
+            &mut p[..]
+        };
         let (bi, hi) = (bh / h, bh % h);
-        let (qo, ko) = (bi * s * d + hi * hd, bi * kv * d + hi * hd);
+        let (qo, ko) = (bi * s * d + hi * hd, bi * keys.row + hi * hd);
         gemm_into(
             s,
             kv,
             hd,
             block(q, qo, d, false),
-            block(k, ko, d, true),
+            block(k, ko, keys.key, true),
             pb,
             kv,
             sh.scale(),
@@ -144,14 +175,14 @@ fn forward_host(
             hd,
             kv,
             View::rows(pb, kv),
-            block(v, ko, d, false),
+            block(v, ko, keys.key, false),
             o,
             d,
             1.0,
             false,
         );
     }
-    (ctx, p)
+    (ctx, save.then_some(p))
 }
 
 /// What the backward pass reads.
@@ -170,12 +201,16 @@ fn backward_host(sv: &Saved, dout: &[f32]) -> [Vec<f32>; 3] {
     let sh = sv.sh;
     let Shape { b, s, kv, h, hd } = sh;
     let d = sh.d();
-    let (mut dq, mut dk, mut dv) = (
-        vec![0.0; b * s * d],
-        vec![0.0; b * kv * d],
-        vec![0.0; b * kv * d],
-    );
-    let mut ds = vec![0.0; s * kv];
+    // SAFETY: the (row, head) blocks tile dq, dk and dv, each written by a product without
+    // accumulation; `ds` is written in full by one before each read.
+    let (mut dq, mut dk, mut dv, mut ds) = unsafe {
+        (
+            scratch(b * s * d),
+            scratch(b * kv * d),
+            scratch(b * kv * d),
+            scratch(s * kv),
+        )
+    };
     let (q, k, v) = (host(&sv.q), host(&sv.k), host(&sv.v));
     for (bh, pb) in sv.p.chunks_exact(s * kv).enumerate() {
         let (bi, hi) = (bh / h, bh % h);
@@ -282,7 +317,14 @@ fn tracked(
         .collect::<Vec<_>>()
         .try_into()
         .ok()?;
-    let (ctx, p) = forward_host(&host(&qh), &host(&kh), &host(&vh), sh, key_valid, pos0);
+    let (ctx, p) = forward_host(
+        &host(&qh),
+        &host(&kh),
+        &host(&vh),
+        (sh, Keys::packed(&sh)),
+        (key_valid, pos0),
+        true,
+    );
     let out = FlexTensor::from_data(TensorData::new(ctx, [sh.b, sh.s, sh.d()]));
     let y = match CoreBackward
         .prepare::<NoCheckpointing>(guards)
@@ -295,7 +337,7 @@ fn tracked(
                 q: qh,
                 k: kh,
                 v: vh,
-                p: Arc::new(p),
+                p: Arc::new(p.expect("saved when asked")),
             };
             prep.finish(saved, out)
         }
@@ -338,11 +380,184 @@ pub fn attention_core(
             Err(_) => FlexTensor::from_data(TensorData::new(to_vec(t.clone()), t.dims())),
         });
         floats(
-            forward_host(&host(&qh), &host(&kh), &host(&vh), sh, key_valid, pos0).0,
+            forward_host(
+                &host(&qh),
+                &host(&kh),
+                &host(&vh),
+                (sh, Keys::packed(&sh)),
+                (key_valid, pos0),
+                false,
+            )
+            .0,
             [b, s, d],
             &device,
         )
     };
     CALLS.fetch_add(1, Ordering::Relaxed);
     Some(out)
+}
+
+/// A layer's cached keys (RoPE applied) and values for generation, on host slices,
+/// position-major `[cap, b, d]`: a decoding step appends its `[b, d]` block at the end instead
+/// of copying the whole cache into a new `[b, kv + 1, d]` tensor, as the tensor path's
+/// concatenation does. Read through [`Keys`] strides, so every product is the one the packed
+/// layout gives, bit for bit.
+#[derive(Clone, Debug, Default)]
+pub struct HostKv {
+    b: usize,
+    d: usize,
+    len: usize,
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl HostKv {
+    /// Positions cached so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Append `s` positions of `k` and `v` `[b, s, d]`; room for `cap` positions is reserved
+    /// once.
+    fn append(&mut self, k: &[f32], v: &[f32], (b, s, d): (usize, usize, usize), cap: usize) {
+        if self.len == 0 {
+            *self = HostKv {
+                b,
+                d,
+                len: 0,
+                k: Vec::with_capacity(cap * b * d),
+                v: Vec::with_capacity(cap * b * d),
+            };
+        }
+        assert!(
+            self.b == b && self.d == d,
+            "a generation cache holds one batch's rows"
+        );
+        for i in 0..s {
+            for bi in 0..b {
+                let row = (bi * s + i) * d..(bi * s + i + 1) * d;
+                self.k.extend_from_slice(&k[row.clone()]);
+                self.v.extend_from_slice(&v[row]);
+            }
+        }
+        self.len += s;
+    }
+}
+
+/// [`attention_core`] for generation without a graph: `k` and `v` `[b, s, d]` are the new
+/// positions, appended to `cache` first; the context `[b, s, d]` attends over every cached
+/// position (`pos0` of them before this call). `None` where the node does not apply (the
+/// caller then takes the tensor path with its own cache).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_cached(
+    q: &Tensor<3>,
+    k: &Tensor<3>,
+    v: &Tensor<3>,
+    heads: usize,
+    key_valid: &[bool],
+    pos0: usize,
+    cache: &mut HostKv,
+    cap: usize,
+) -> Option<Tensor<3>> {
+    let device = q.device();
+    if TENSOR_PATH.with(Cell::get) || !crate::util::tensors::is_host(&device) || q.is_autodiff() {
+        return None;
+    }
+    let [b, s, d] = q.dims();
+    assert_eq!(
+        cache.len, pos0,
+        "the cache holds the positions before this call"
+    );
+    let kv = pos0 + s;
+    assert_eq!(key_valid.len(), b * kv, "key validity covers every key");
+    let plain = |t: &Tensor<3>| t.clone().try_into_primitive::<Flex>().ok().map(contiguous);
+    let (qh, kh, vh) = (plain(q)?, plain(k)?, plain(v)?);
+    cache.append(&host(&kh), &host(&vh), (b, s, d), cap.max(kv));
+    let sh = Shape {
+        b,
+        s,
+        kv,
+        h: heads,
+        hd: d / heads,
+    };
+    let keys = Keys { row: d, key: b * d };
+    let (ctx, _) = forward_host(
+        &host(&qh),
+        &cache.k,
+        &cache.v,
+        (sh, keys),
+        (key_valid, pos0),
+        false,
+    );
+    CALLS.fetch_add(1, Ordering::Relaxed);
+    Some(floats(ctx, [b, s, d], &device))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::Device;
+
+    /// A prefill of 3 positions and 4 single-position steps through the generation cache give
+    /// bitwise the contexts of the node over the packed `[b, kv, d]` keys and values.
+    #[test]
+    fn the_generation_cache_gives_the_packed_layouts_bits() {
+        let device = Device::flex();
+        let (b, h, hd, total) = (3, 2, 4, 7);
+        let d = h * hd;
+        let val = |i: usize, salt: usize| ((i * 37 + salt * 11) % 29) as f32 / 7.0 - 2.0;
+        let make = |salt: usize| -> Vec<f32> { (0..b * total * d).map(|i| val(i, salt)).collect() };
+        let (q, k, v) = (make(1), make(2), make(3));
+        let valid: Vec<bool> = (0..b * total).map(|i| i % 5 != 1).collect();
+        // Positions from..to of every row, as `[b, to - from, d]`.
+        let take = |x: &[f32], from: usize, to: usize| -> Vec<f32> {
+            (0..b)
+                .flat_map(|r| x[(r * total + from) * d..(r * total + to) * d].to_vec())
+                .collect()
+        };
+        let kv_valid = |to: usize| -> Vec<bool> {
+            (0..b)
+                .flat_map(|r| valid[r * total..r * total + to].to_vec())
+                .collect()
+        };
+        let mut cache = HostKv::default();
+        let mut from = 0;
+        for to in [3, 4, 5, 6, 7] {
+            let s = to - from;
+            let t = |x: &[f32]| floats(take(x, from, to), [b, s, d], &device);
+            let got = attention_cached(
+                &t(&q),
+                &t(&k),
+                &t(&v),
+                h,
+                &kv_valid(to),
+                from,
+                &mut cache,
+                total,
+            )
+            .expect("the host path applies");
+            let sh = Shape {
+                b,
+                s,
+                kv: to,
+                h,
+                hd,
+            };
+            let (want, _) = forward_host(
+                &take(&q, from, to),
+                &take(&k, 0, to),
+                &take(&v, 0, to),
+                (sh, Keys::packed(&sh)),
+                (&kv_valid(to), from),
+                false,
+            );
+            assert_eq!(to_vec(got), want, "positions {from}..{to}");
+            from = to;
+        }
+        assert_eq!(cache.len(), total);
+    }
 }

@@ -95,6 +95,22 @@ pub fn gemm_into(
     }
 }
 
+/// `len` floats left as the allocator hands them over, for a kernel that writes every one before
+/// anything reads it (a product by [`gemm_into`] without `acc`, which never reads its output,
+/// `silu_mul`): the zeroing pass `vec![0.0; len]` would make is skipped. The buffers of the
+/// hand-written nodes are megabytes each, allocated for every layer of every forward, so that
+/// pass and the page faults it takes were a tenth of an experiment cell's step.
+///
+/// # Safety
+/// The caller writes every element before reading any and before the vector leaves its hands.
+#[allow(clippy::uninit_vec)]
+pub unsafe fn scratch(len: usize) -> Vec<f32> {
+    let mut v = Vec::with_capacity(len);
+    // SAFETY: capacity is `len`; the caller's contract covers the values.
+    unsafe { v.set_len(len) };
+    v
+}
+
 /// A flex tensor's values, borrowed where it is contiguous.
 pub fn host(t: &burn_flex::FlexTensor) -> std::borrow::Cow<'_, [f32]> {
     match t.as_slice::<f32>() {

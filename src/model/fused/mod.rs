@@ -29,7 +29,7 @@ mod groups;
 
 pub use groups::Groups;
 
-use crate::model::host_mm::{View, gemm_into, host};
+use crate::model::host_mm::{View, gemm_into, host, scratch};
 use crate::util::fastmath::{silu_mul, silu_mul_consts};
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -103,23 +103,39 @@ pub struct Saved {
 }
 
 /// The forward pass on host slices, from the gathered rows `xg` `[n, d]`: the layer's output
-/// `[t, d]` and what backward needs.
+/// `[t, d]`, and what backward needs when `save` (the node with a graph). Without `save` (the
+/// forwards without a graph) each expert's pre-activations, SwiGLU and outputs live in one
+/// expert-sized workspace reused by the next expert, and its gated outputs are added to the
+/// tokens at once: the same products in the same order, so the same bits, without four
+/// `[n, d_ff]`-sized buffers per layer.
 fn forward_host(
     xg: FlexTensor,
     gate: Vec<f32>,
     w: Vec<[FlexTensor; 3]>,
     g: Arc<Groups>,
-    d: usize,
-    f: usize,
-) -> (Vec<f32>, Saved) {
+    (d, f): (usize, usize),
+    save: bool,
+) -> (Vec<f32>, Option<Saved>) {
     let n = g.tok.len();
     let xh = host(&xg);
-    let (mut a1, mut a3, mut h, mut o) = (
-        vec![0.0; n * f],
-        vec![0.0; n * f],
-        vec![0.0; n * f],
-        vec![0.0; n * d],
-    );
+    let widest = (0..g.experts())
+        .map(|e| g.start[e + 1] - g.start[e])
+        .max()
+        .unwrap_or(0);
+    // Whole-layer buffers when saved for backward, else one expert's rows. Rows of the experts
+    // partition the n routed rows, and each expert's block is written in full below (gemm
+    // without accumulation, silu_mul) before anything reads it.
+    let rows = if save { n } else { widest };
+    // SAFETY: see above; every block read is one written first.
+    let (mut a1, mut a3, mut h, mut o) = unsafe {
+        (
+            scratch(rows * f),
+            scratch(rows * f),
+            scratch(rows * f),
+            scratch(rows * d),
+        )
+    };
+    let mut out = vec![0.0; g.t * d];
     for (e, ws) in w.iter().enumerate() {
         let (s, m) = (g.start[e], g.start[e + 1] - g.start[e]);
         if m == 0 {
@@ -127,7 +143,9 @@ fn forward_host(
         }
         let [w1, w3, w2] = ws.each_ref().map(host);
         let xe = &xh[s * d..(s + m) * d];
-        let (fa, fb) = (s * f, (s + m) * f);
+        let base = if save { s } else { 0 };
+        let (fa, fb) = (base * f, (base + m) * f);
+        let (oa, ob) = (base * d, (base + m) * d);
         mm(m, f, d, xe, false, &w1, false, &mut a1[fa..fb], false);
         mm(m, f, d, xe, false, &w3, false, &mut a3[fa..fb], false);
         silu_mul(&a1[fa..fb], &a3[fa..fb], &mut h[fa..fb]);
@@ -139,21 +157,18 @@ fn forward_host(
             false,
             &w2,
             false,
-            &mut o[s * d..(s + m) * d],
+            &mut o[oa..ob],
             false,
         );
-    }
-    let mut out = vec![0.0; g.t * d];
-    for r in 0..n {
-        let (tok, gs) = (g.tok[r], gate[g.slot[r]]);
-        for (y, &v) in out[tok * d..(tok + 1) * d]
-            .iter_mut()
-            .zip(&o[r * d..(r + 1) * d])
-        {
-            *y += v * gs;
+        if !save {
+            add_gated(&mut out, &o[oa..ob], s..s + m, &g, &gate, d);
         }
     }
     drop(xh);
+    if !save {
+        return (out, None);
+    }
+    add_gated(&mut out, &o, 0..n, &g, &gate, d);
     let saved = Saved {
         g,
         d,
@@ -166,7 +181,24 @@ fn forward_host(
         gate: Arc::new(gate),
         w: Arc::new(w),
     };
-    (out, saved)
+    (out, Some(saved))
+}
+
+/// `y_t += g_s · o_r` for the routed rows `rows` (in order), `o` holding those rows.
+fn add_gated(
+    out: &mut [f32],
+    o: &[f32],
+    rows: std::ops::Range<usize>,
+    g: &Groups,
+    gate: &[f32],
+    d: usize,
+) {
+    for (r, or) in rows.zip(o.chunks_exact(d)) {
+        let (tok, gs) = (g.tok[r], gate[g.slot[r]]);
+        for (y, &v) in out[tok * d..(tok + 1) * d].iter_mut().zip(or) {
+            *y += v * gs;
+        }
+    }
 }
 
 /// Gradients `[dxg, dgate, then per expert dW1, dW3, dW2]` from `dy` (`dxg` per gathered row,
@@ -175,7 +207,8 @@ fn backward_host(s: &Saved, dy: &[f32], want: &[bool]) -> Vec<Option<Vec<f32>>> 
     let (g, d, f) = (&*s.g, s.d, s.f);
     let n = g.tok.len();
     let mut dgate = vec![0.0; g.t * g.k];
-    let mut dout = vec![0.0; n * d];
+    // SAFETY: the loop below writes every row of `dout`.
+    let mut dout = unsafe { scratch(n * d) };
     for r in 0..n {
         let (tok, slot) = (g.tok[r], g.slot[r]);
         let dyr = &dy[tok * d..(tok + 1) * d];
@@ -207,7 +240,21 @@ fn backward_host(s: &Saved, dy: &[f32], want: &[bool]) -> Vec<Option<Vec<f32>>> 
     }
     let mut grads: Vec<Option<Vec<f32>>> = vec![None; 2 + 3 * g.experts()];
     let xg = host(&s.xg);
-    let mut dxg = vec![0.0; n * d];
+    let widest = (0..g.experts())
+        .map(|e| g.start[e + 1] - g.start[e])
+        .max()
+        .unwrap_or(0);
+    // SAFETY: the experts' row blocks partition `dxg`'s rows and each is written (gemm without
+    // accumulation) before its accumulating product; the workspaces' first m·f values are
+    // written (gemm, silu_mul_consts) before they are read, one expert at a time.
+    let (mut dxg, mut dh, mut c1, mut c3) = unsafe {
+        (
+            scratch(n * d),
+            scratch(widest * f),
+            scratch(widest * f),
+            scratch(widest * f),
+        )
+    };
     for (e, ws) in s.w.iter().enumerate() {
         let (r0, m) = (g.start[e], g.start[e + 1] - g.start[e]);
         if m == 0 {
@@ -216,15 +263,14 @@ fn backward_host(s: &Saved, dy: &[f32], want: &[bool]) -> Vec<Option<Vec<f32>>> 
         let [w1, w3, w2] = ws.each_ref().map(host);
         let (fa, fb, da, db) = (r0 * f, (r0 + m) * f, r0 * d, (r0 + m) * d);
         let (xe, he, doe) = (&xg[da..db], &s.h[fa..fb], &dout[da..db]);
-        let mut dh = vec![0.0; m * f];
-        mm(m, f, d, doe, false, &w2, true, &mut dh, false);
-        let (mut c1, mut c3) = (vec![0.0; m * f], vec![0.0; m * f]);
-        silu_mul_consts(&s.a1[fa..fb], &s.a3[fa..fb], &mut c1, &mut c3);
-        for ((a, b), &v) in c1.iter_mut().zip(c3.iter_mut()).zip(&dh) {
+        let (dh, c1, c3) = (&mut dh[..m * f], &mut c1[..m * f], &mut c3[..m * f]);
+        mm(m, f, d, doe, false, &w2, true, dh, false);
+        silu_mul_consts(&s.a1[fa..fb], &s.a3[fa..fb], c1, c3);
+        for ((a, b), &v) in c1.iter_mut().zip(c3.iter_mut()).zip(dh.iter()) {
             *a *= v;
             *b *= v;
         }
-        let (da1, da3) = (c1, c3);
+        let (da1, da3) = (&*c1, &*c3);
         let base = 2 + 3 * e;
         for (i, (lhs, rhs, rows, cols)) in
             [(xe, &da1[..], d, f), (xe, &da3[..], d, f), (he, doe, f, d)]
@@ -232,14 +278,15 @@ fn backward_host(s: &Saved, dy: &[f32], want: &[bool]) -> Vec<Option<Vec<f32>>> 
                 .enumerate()
         {
             if want[base + i] {
-                let mut dw = vec![0.0; rows * cols];
+                // SAFETY: the product without accumulation writes all of it.
+                let mut dw = unsafe { scratch(rows * cols) };
                 mm(rows, cols, m, lhs, true, rhs, false, &mut dw, false);
                 grads[base + i] = Some(dw);
             }
         }
         let dx = &mut dxg[da..db];
-        mm(m, d, f, &da1, false, &w1, true, dx, false);
-        mm(m, d, f, &da3, false, &w3, true, dx, true);
+        mm(m, d, f, da1, false, &w1, true, dx, false);
+        mm(m, d, f, da3, false, &w3, true, dx, true);
     }
     if want[0] {
         grads[0] = Some(dxg);
@@ -308,7 +355,8 @@ fn run<const N: usize>(
         .chunks(3)
         .map(|c| [c[0].clone(), c[1].clone(), c[2].clone()])
         .collect();
-    let (out, saved) = forward_host(inner[0].clone(), gh, ws, g, d, f);
+    let (out, saved) = forward_host(inner[0].clone(), gh, ws, g, (d, f), true);
+    let saved = saved.expect("saved when asked");
     let out = FlexTensor::from_data(TensorData::new(out, [t, d]));
     let y = match FusedBackward
         .prepare::<NoCheckpointing>(guards)
@@ -367,7 +415,7 @@ pub fn fused_experts_plain(
     let (xp, gp) = (plain(&x)?, plain(&gate)?);
     let g = Arc::new(Groups::new(used, active, w.len(), k));
     let xg = gather_rows(&xp, &g, d);
-    let (out, _) = forward_host(xg, host(&gp).into_owned(), ws, g, d, f);
+    let (out, _) = forward_host(xg, host(&gp).into_owned(), ws, g, (d, f), false);
     PLAIN.fetch_add(1, Ordering::Relaxed);
     Some(crate::util::tensors::floats(out, [t, d], &device))
 }
