@@ -21,7 +21,7 @@
 //! `tests/model.rs`.
 
 use super::host_mm::{View, gemm_into, host, scratch};
-use crate::util::fastmath::exp;
+use crate::util::fastmath::softmax_prefix;
 use crate::util::tensors::{floats, to_vec};
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -104,23 +104,11 @@ fn block(data: &[f32], off: usize, d: usize, transposed: bool) -> View<'_> {
 }
 
 /// One score row in place: the allowed entries (keys `j < p` with `keep[j] = 1`, and `p`
-/// itself) become their softmax, every other entry exactly 0. `keep` is the row's key
-/// validity as 0/1; the passes are split so the compiler vectorises the exponentials.
+/// itself) become their softmax ([`softmax_prefix`]), every other entry exactly 0. `keep` is
+/// the row's key validity as 0/1.
 fn softmax_row(row: &mut [f32], keep: &[f32], p: usize) {
     let (seen, after) = row.split_at_mut(p + 1);
-    let mut m = seen[p];
-    for (&x, &k) in seen[..p].iter().zip(keep) {
-        let x = if k > 0.0 { x } else { f32::NEG_INFINITY };
-        m = if x > m { x } else { m };
-    }
-    seen[p] = exp(seen[p] - m);
-    for (x, &k) in seen[..p].iter_mut().zip(keep) {
-        *x = exp(*x - m) * k;
-    }
-    let inv = 1.0 / seen.iter().sum::<f32>();
-    for x in seen.iter_mut() {
-        *x *= inv;
-    }
+    softmax_prefix(seen, keep);
     after.fill(0.0);
 }
 

@@ -66,6 +66,47 @@ macro_rules! wide {
 }
 
 wide! {
+    /// One attention score row's softmax over its allowed keys, in place: `row` holds the
+    /// scores of keys `0..=p` (`p = row.len() - 1`, the query's own position, always allowed),
+    /// `keep[j]` (0 or 1) says whether key `j < p` is; a key not kept gets exactly 0. The
+    /// maximum is taken lane-wise, then across lanes: a maximum does not depend on the order
+    /// it is taken in (comparisons with NaN are false either way, and a −0/+0 tie changes no
+    /// difference `x − m`), so this is bitwise the one-by-one loop; the sum stays in order.
+    pub fn softmax_prefix(row: &mut [f32], keep: &[f32]) {
+        const L: usize = 16;
+        let p = row.len() - 1;
+        let (head, own) = row.split_at_mut(p);
+        let keep = &keep[..p];
+        let masked = |x: f32, k: f32| if k > 0.0 { x } else { f32::NEG_INFINITY };
+        let mut lanes = [own[0]; L];
+        let (hc, kc) = (head.chunks_exact(L), keep.chunks_exact(L));
+        let (hr, kr) = (hc.remainder(), kc.remainder());
+        for (c, k) in hc.zip(kc) {
+            for i in 0..L {
+                let x = masked(c[i], k[i]);
+                lanes[i] = if x > lanes[i] { x } else { lanes[i] };
+            }
+        }
+        let mut m = own[0];
+        for (&x, &k) in hr.iter().zip(kr) {
+            let x = masked(x, k);
+            m = if x > m { x } else { m };
+        }
+        for l in lanes {
+            m = if l > m { l } else { m };
+        }
+        own[0] = exp(own[0] - m);
+        for (x, &k) in head.iter_mut().zip(keep) {
+            *x = exp(*x - m) * k;
+        }
+        let inv = 1.0 / row.iter().sum::<f32>();
+        for x in row.iter_mut() {
+            *x *= inv;
+        }
+    }
+}
+
+wide! {
     /// `v[i] = e^v[i]` in place.
     pub fn exp_in_place(v: &mut [f32]) {
         for a in v.iter_mut() {
@@ -98,6 +139,50 @@ wide! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one-by-one softmax the attention node used before `softmax_prefix`.
+    fn softmax_in_order(seen: &mut [f32], keep: &[f32]) {
+        let p = seen.len() - 1;
+        let mut m = seen[p];
+        for (&x, &k) in seen[..p].iter().zip(keep) {
+            let x = if k > 0.0 { x } else { f32::NEG_INFINITY };
+            m = if x > m { x } else { m };
+        }
+        seen[p] = exp(seen[p] - m);
+        for (x, &k) in seen[..p].iter_mut().zip(keep) {
+            *x = exp(*x - m) * k;
+        }
+        let inv = 1.0 / seen.iter().sum::<f32>();
+        for x in seen.iter_mut() {
+            *x *= inv;
+        }
+    }
+
+    #[test]
+    fn softmax_prefix_is_bitwise_the_in_order_loop() {
+        for len in [1, 2, 15, 16, 17, 33, 70] {
+            for salt in 0..6 {
+                let mut row: Vec<f32> = (0..len)
+                    .map(|i| ((i * 31 + salt * 7) % 23) as f32 / 3.0 - 4.0)
+                    .collect();
+                let keep: Vec<f32> = (0..len)
+                    .map(|i| f32::from(u8::from((i + salt) % 4 != 0)))
+                    .collect();
+                match salt {
+                    1 => row.iter_mut().step_by(5).for_each(|x| *x = 0.0),
+                    2 => row.iter_mut().step_by(3).for_each(|x| *x = -0.0),
+                    3 => row[len / 2] = f32::NAN,
+                    4 => row[len - 1] = f32::NAN,
+                    _ => {}
+                }
+                let (mut a, mut b) = (row.clone(), row);
+                softmax_prefix(&mut a, &keep);
+                softmax_in_order(&mut b, &keep);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&a), bits(&b), "length {len}, case {salt}");
+            }
+        }
+    }
 
     fn ulps(a: f32, b: f32) -> u32 {
         (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs() as u32
