@@ -21,7 +21,7 @@ use std::time::Instant;
 use timing::median_secs;
 
 /// One MoE layer forward+backward at the reference shape (tokens 4096, d 64, 8 experts, top-2,
-/// SwiGLU d_ff 128), loss `mean(out²)`, as `../shared/bench/torch_moe_layer.py` does: median
+/// SwiGLU d_ff 128), loss `mean(out²)`, as `scripts/torch_moe_layer.py` does: median
 /// ms of the sparse path, and of the fused expert node where the device has one (timed
 /// alternately, rep by rep, so that both see the same machine load).
 pub fn moe_layer_ms(device: &Device, reps: usize) -> (f64, Option<f64>) {
