@@ -31,6 +31,7 @@ pub use groups::Groups;
 
 use crate::model::host_mm::{View, gemm_into, host, scratch};
 use crate::util::fastmath::{silu_mul, silu_mul_consts};
+use crate::util::parallel::par_map_mut;
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -39,6 +40,7 @@ use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind};
 use burn::tensor::{Tensor, TensorData};
 use burn_flex::{Flex, FlexTensor};
 use gather::{gather, gather_rows};
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -103,11 +105,14 @@ pub struct Saved {
 }
 
 /// The forward pass on host slices, from the gathered rows `xg` `[n, d]`: the layer's output
-/// `[t, d]`, and what backward needs when `save` (the node with a graph). Without `save` (the
-/// forwards without a graph) each expert's pre-activations, SwiGLU and outputs live in one
-/// expert-sized workspace reused by the next expert, and its gated outputs are added to the
-/// tokens at once: the same products in the same order, so the same bits, without four
-/// `[n, d_ff]`-sized buffers per layer.
+/// `[t, d]`, and what backward needs when `save` (the node with a graph).
+///
+/// With more than one thread in the pool, the experts run side by side (each writes only its
+/// own row blocks; the gated outputs are added to the tokens afterwards, in row order). On one
+/// thread without `save` (the forwards without a graph) each expert's pre-activations, SwiGLU
+/// and outputs live in one expert-sized workspace reused by the next expert, and its gated
+/// outputs are added to the tokens at once. Every way runs the same products and adds in the
+/// same order, so all give the same bits.
 fn forward_host(
     xg: FlexTensor,
     gate: Vec<f32>,
@@ -118,57 +123,76 @@ fn forward_host(
 ) -> (Vec<f32>, Option<Saved>) {
     let n = g.tok.len();
     let xh = host(&xg);
-    let widest = (0..g.experts())
-        .map(|e| g.start[e + 1] - g.start[e])
-        .max()
-        .unwrap_or(0);
-    // Whole-layer buffers when saved for backward, else one expert's rows. Rows of the experts
-    // partition the n routed rows, and each expert's block is written in full below (gemm
-    // without accumulation, silu_mul) before anything reads it.
-    let rows = if save { n } else { widest };
-    // SAFETY: see above; every block read is one written first.
-    let (mut a1, mut a3, mut h, mut o) = unsafe {
-        (
-            scratch(rows * f),
-            scratch(rows * f),
-            scratch(rows * f),
-            scratch(rows * d),
-        )
-    };
-    let mut out = vec![0.0; g.t * d];
-    for (e, ws) in w.iter().enumerate() {
+    let wh: Vec<[Cow<'_, [f32]>; 3]> = w.iter().map(|ws| ws.each_ref().map(host)).collect();
+    // Expert e's products on its rows: `a1`, `a3`, `h` `[m, f]` and `o` `[m, d]`, each written
+    // in full (gemm without accumulation, silu_mul) before anything reads it.
+    let expert = |e: usize, [a1, a3, h, o]: [&mut [f32]; 4]| {
         let (s, m) = (g.start[e], g.start[e + 1] - g.start[e]);
         if m == 0 {
-            continue;
+            return;
         }
-        let [w1, w3, w2] = ws.each_ref().map(host);
+        let [w1, w3, w2] = &wh[e];
         let xe = &xh[s * d..(s + m) * d];
-        let base = if save { s } else { 0 };
-        let (fa, fb) = (base * f, (base + m) * f);
-        let (oa, ob) = (base * d, (base + m) * d);
-        mm(m, f, d, xe, false, &w1, false, &mut a1[fa..fb], false);
-        mm(m, f, d, xe, false, &w3, false, &mut a3[fa..fb], false);
-        silu_mul(&a1[fa..fb], &a3[fa..fb], &mut h[fa..fb]);
-        mm(
-            m,
-            d,
-            f,
-            &h[fa..fb],
-            false,
-            &w2,
-            false,
-            &mut o[oa..ob],
-            false,
-        );
-        if !save {
-            add_gated(&mut out, &o[oa..ob], s..s + m, &g, &gate, d);
+        mm(m, f, d, xe, false, w1, false, a1, false);
+        mm(m, f, d, xe, false, w3, false, a3, false);
+        silu_mul(a1, a3, h);
+        mm(m, d, f, h, false, w2, false, o, false);
+    };
+    let mut out = vec![0.0; g.t * d];
+    let parallel = rayon::current_num_threads() > 1 && g.experts() > 1;
+    if !save && !parallel {
+        let widest = (0..g.experts())
+            .map(|e| g.start[e + 1] - g.start[e])
+            .max()
+            .unwrap_or(0);
+        // SAFETY: `expert` writes each buffer's first m·f (m·d) values before reading them.
+        let (mut a1, mut a3, mut h, mut o) = unsafe {
+            (
+                scratch(widest * f),
+                scratch(widest * f),
+                scratch(widest * f),
+                scratch(widest * d),
+            )
+        };
+        for e in 0..g.experts() {
+            let (s, m) = (g.start[e], g.start[e + 1] - g.start[e]);
+            let (mf, md) = (m * f, m * d);
+            expert(
+                e,
+                [&mut a1[..mf], &mut a3[..mf], &mut h[..mf], &mut o[..md]],
+            );
+            add_gated(&mut out, &o[..md], s..s + m, &g, &gate, d);
         }
+        return (out, None);
     }
-    drop(xh);
+    // SAFETY: the experts' row blocks partition the n routed rows, and `expert` writes each of
+    // its blocks in full before reading it.
+    let (mut a1, mut a3, mut h, mut o) = unsafe {
+        (
+            scratch(n * f),
+            scratch(n * f),
+            scratch(n * f),
+            scratch(n * d),
+        )
+    };
+    {
+        let mut blocks: Vec<[&mut [f32]; 4]> = expert_rows(&mut a1, &g.start, f)
+            .into_iter()
+            .zip(expert_rows(&mut a3, &g.start, f))
+            .zip(expert_rows(&mut h, &g.start, f))
+            .zip(expert_rows(&mut o, &g.start, d))
+            .map(|(((a1, a3), h), o)| [a1, a3, h, o])
+            .collect();
+        par_map_mut(&mut blocks, |e, b| {
+            let [a1, a3, h, o] = b;
+            expert(e, [&mut **a1, &mut **a3, &mut **h, &mut **o]);
+        });
+    }
+    add_gated(&mut out, &o, 0..n, &g, &gate, d);
+    drop((wh, xh));
     if !save {
         return (out, None);
     }
-    add_gated(&mut out, &o, 0..n, &g, &gate, d);
     let saved = Saved {
         g,
         d,
@@ -182,6 +206,18 @@ fn forward_host(
         w: Arc::new(w),
     };
     (out, Some(saved))
+}
+
+/// `buf`'s rows `[n, width]` cut into the experts' blocks (rows `start[e]..start[e + 1]`).
+fn expert_rows<'a>(mut buf: &'a mut [f32], start: &[usize], width: usize) -> Vec<&'a mut [f32]> {
+    let mut blocks = Vec::with_capacity(start.len() - 1);
+    for e in 0..start.len() - 1 {
+        let (block, rest) =
+            std::mem::take(&mut buf).split_at_mut((start[e + 1] - start[e]) * width);
+        blocks.push(block);
+        buf = rest;
+    }
+    blocks
 }
 
 /// `y_t += g_s · o_r` for the routed rows `rows` (in order), `o` holding those rows.
@@ -240,53 +276,52 @@ fn backward_host(s: &Saved, dy: &[f32], want: &[bool]) -> Vec<Option<Vec<f32>>> 
     }
     let mut grads: Vec<Option<Vec<f32>>> = vec![None; 2 + 3 * g.experts()];
     let xg = host(&s.xg);
-    let widest = (0..g.experts())
-        .map(|e| g.start[e + 1] - g.start[e])
-        .max()
-        .unwrap_or(0);
-    // SAFETY: the experts' row blocks partition `dxg`'s rows and each is written (gemm without
-    // accumulation) before its accumulating product; the workspaces' first m·f values are
-    // written (gemm, silu_mul_consts) before they are read, one expert at a time.
-    let (mut dxg, mut dh, mut c1, mut c3) = unsafe {
-        (
-            scratch(n * d),
-            scratch(widest * f),
-            scratch(widest * f),
-            scratch(widest * f),
-        )
-    };
-    for (e, ws) in s.w.iter().enumerate() {
+    // SAFETY: the experts' row blocks partition `dxg`'s rows, and each expert writes its block
+    // (gemm without accumulation) before its accumulating product.
+    let mut dxg = unsafe { scratch(n * d) };
+    // Expert e's weight gradients (where wanted) and its rows of dx; the experts run side by
+    // side when the pool has more than one thread (each writes only its own block).
+    let expert = |e: usize, dx: &mut [f32]| -> [Option<Vec<f32>>; 3] {
         let (r0, m) = (g.start[e], g.start[e + 1] - g.start[e]);
         if m == 0 {
-            continue;
+            return [None, None, None];
         }
-        let [w1, w3, w2] = ws.each_ref().map(host);
+        let [w1, w3, w2] = s.w[e].each_ref().map(host);
         let (fa, fb, da, db) = (r0 * f, (r0 + m) * f, r0 * d, (r0 + m) * d);
         let (xe, he, doe) = (&xg[da..db], &s.h[fa..fb], &dout[da..db]);
-        let (dh, c1, c3) = (&mut dh[..m * f], &mut c1[..m * f], &mut c3[..m * f]);
-        mm(m, f, d, doe, false, &w2, true, dh, false);
-        silu_mul_consts(&s.a1[fa..fb], &s.a3[fa..fb], c1, c3);
+        // SAFETY: written in full (gemm without accumulation, silu_mul_consts) before read.
+        let (mut dh, mut c1, mut c3) = unsafe { (scratch(m * f), scratch(m * f), scratch(m * f)) };
+        mm(m, f, d, doe, false, &w2, true, &mut dh, false);
+        silu_mul_consts(&s.a1[fa..fb], &s.a3[fa..fb], &mut c1, &mut c3);
         for ((a, b), &v) in c1.iter_mut().zip(c3.iter_mut()).zip(dh.iter()) {
             *a *= v;
             *b *= v;
         }
-        let (da1, da3) = (&*c1, &*c3);
+        let (da1, da3) = (&c1[..], &c3[..]);
         let base = 2 + 3 * e;
-        for (i, (lhs, rhs, rows, cols)) in
-            [(xe, &da1[..], d, f), (xe, &da3[..], d, f), (he, doe, f, d)]
-                .into_iter()
-                .enumerate()
-        {
-            if want[base + i] {
-                // SAFETY: the product without accumulation writes all of it.
-                let mut dw = unsafe { scratch(rows * cols) };
-                mm(rows, cols, m, lhs, true, rhs, false, &mut dw, false);
-                grads[base + i] = Some(dw);
-            }
-        }
-        let dx = &mut dxg[da..db];
+        let dws = [(xe, da1, d, f), (xe, da3, d, f), (he, doe, f, d)]
+            .into_iter()
+            .enumerate()
+            .map(|(i, (lhs, rhs, rows, cols))| {
+                want[base + i].then(|| {
+                    // SAFETY: the product without accumulation writes all of it.
+                    let mut dw = unsafe { scratch(rows * cols) };
+                    mm(rows, cols, m, lhs, true, rhs, false, &mut dw, false);
+                    dw
+                })
+            });
+        let [a, b, c] = <[_; 3]>::try_from(dws.collect::<Vec<_>>()).expect("three");
         mm(m, d, f, da1, false, &w1, true, dx, false);
         mm(m, d, f, da3, false, &w3, true, dx, true);
+        [a, b, c]
+    };
+    let mut blocks = expert_rows(&mut dxg, &g.start, d);
+    let dws = par_map_mut(&mut blocks, |e, dx| expert(e, dx));
+    drop(blocks);
+    for (e, dw) in dws.into_iter().enumerate() {
+        for (i, x) in dw.into_iter().enumerate() {
+            grads[2 + 3 * e + i] = x;
+        }
     }
     if want[0] {
         grads[0] = Some(dxg);
