@@ -21,7 +21,7 @@
 //! `tests/model.rs`.
 
 use super::host_mm::{View, gemm_into, host, scratch};
-use crate::util::fastmath::softmax_prefix;
+use crate::util::fastmath::softmax_rows;
 use crate::util::tensors::{floats, to_vec};
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -103,17 +103,10 @@ fn block(data: &[f32], off: usize, d: usize, transposed: bool) -> View<'_> {
     }
 }
 
-/// One score row in place: the allowed entries (keys `j < p` with `keep[j] = 1`, and `p`
-/// itself) become their softmax ([`softmax_prefix`]), every other entry exactly 0. `keep` is
-/// the row's key validity as 0/1.
-fn softmax_row(row: &mut [f32], keep: &[f32], p: usize) {
-    let (seen, after) = row.split_at_mut(p + 1);
-    softmax_prefix(seen, keep);
-    after.fill(0.0);
-}
-
 /// The forward pass: the context `[b, s, d]` and, when `save` (for backward), the attention
-/// weights `[b, h, s, kv]`; without `save` one (row, head)'s weights at a time, in a workspace.
+/// weights `[b, h, s, kv]`. Three passes: every (row, head)'s scores, then all score rows'
+/// softmax ([`softmax_rows`]: the allowed keys, `j ≤ pos0 + i` with `keep[j] = 1` or `j = pos0 + i`,
+/// get their softmax, every other entry exactly 0), then every (row, head)'s context.
 fn forward_host(
     q: &[f32],
     k: &[f32],
@@ -124,24 +117,17 @@ fn forward_host(
 ) -> (Vec<f32>, Option<Vec<f32>>) {
     let Shape { b, s, kv, h, hd } = sh;
     let d = sh.d();
-    // SAFETY: each (row, head) block of `p` is written in full (gemm without accumulation,
-    // then softmax_row over every entry of each row) before it is read, and the blocks of all
-    // (row, head) pairs tile `ctx`, each written by a product without accumulation.
-    let (mut p, mut ctx) = unsafe {
-        (
-            scratch(if save { b * h } else { 1 } * s * kv),
-            scratch(b * s * d),
-        )
-    };
+    // SAFETY: each (row, head) block of `p` is written in full (gemm without accumulation),
+    // then rewritten by softmax_rows, before it is read; the blocks of all (row, head) pairs
+    // tile `ctx`, each written by a product without accumulation.
+    let (mut p, mut ctx) = unsafe { (scratch(b * h * s * kv), scratch(b * s * d)) };
     let keep: Vec<f32> = key_valid.iter().map(|&v| f32::from(u8::from(v))).collect();
-    for bh in 0..b * h {
-        let pb = if save {
-            &mut p[bh * s * kv..(bh + 1) * s * kv]
-        } else {
-            &mut p[..]
-        };
+    let offsets = |bh: usize| {
         let (bi, hi) = (bh / h, bh % h);
-        let (qo, ko) = (bi * s * d + hi * hd, bi * keys.row + hi * hd);
+        (bi * s * d + hi * hd, bi * keys.row + hi * hd)
+    };
+    for (bh, pb) in p.chunks_exact_mut(s * kv).enumerate() {
+        let (qo, ko) = offsets(bh);
         gemm_into(
             s,
             kv,
@@ -153,18 +139,17 @@ fn forward_host(
             sh.scale(),
             false,
         );
-        let keep = &keep[bi * kv..(bi + 1) * kv];
-        for (i, row) in pb.chunks_exact_mut(kv).enumerate() {
-            softmax_row(row, keep, pos0 + i);
-        }
-        let o = &mut ctx[qo..];
+    }
+    softmax_rows(&mut p, kv, s, h, pos0, &keep);
+    for (bh, pb) in p.chunks_exact(s * kv).enumerate() {
+        let (qo, ko) = offsets(bh);
         gemm_into(
             s,
             hd,
             kv,
             View::rows(pb, kv),
             block(v, ko, keys.key, false),
-            o,
+            &mut ctx[qo..],
             d,
             1.0,
             false,

@@ -65,43 +65,107 @@ macro_rules! wide {
     };
 }
 
+/// The maximum of `own` and the kept entries of `head` (`keep[j] > 0`), taken lane-wise, then
+/// across lanes: a maximum does not depend on the order it is taken in (comparisons with NaN
+/// are false either way, and a −0/+0 tie changes no difference `x − m`), so this is bitwise the
+/// one-by-one loop.
+#[inline(always)]
+fn kept_max(head: &[f32], keep: &[f32], own: f32) -> f32 {
+    const L: usize = 16;
+    let masked = |x: f32, k: f32| if k > 0.0 { x } else { f32::NEG_INFINITY };
+    let mut lanes = [own; L];
+    let (hc, kc) = (head.chunks_exact(L), keep.chunks_exact(L));
+    let (hr, kr) = (hc.remainder(), kc.remainder());
+    for (c, k) in hc.zip(kc) {
+        for i in 0..L {
+            let x = masked(c[i], k[i]);
+            lanes[i] = if x > lanes[i] { x } else { lanes[i] };
+        }
+    }
+    let mut m = own;
+    for (&x, &k) in hr.iter().zip(kr) {
+        let x = masked(x, k);
+        m = if x > m { x } else { m };
+    }
+    for l in lanes {
+        m = if l > m { l } else { m };
+    }
+    m
+}
+
+/// `row[..=p]` (`p = row.len() − 1`) shifted by its kept maximum and exponentiated; a key not
+/// kept gets exactly 0.
+#[inline(always)]
+fn exp_shifted(row: &mut [f32], keep: &[f32]) {
+    let p = row.len() - 1;
+    let (head, own) = row.split_at_mut(p);
+    let keep = &keep[..p];
+    let m = kept_max(head, keep, own[0]);
+    own[0] = exp(own[0] - m);
+    for (x, &k) in head.iter_mut().zip(keep) {
+        *x = exp(*x - m) * k;
+    }
+}
+
 wide! {
     /// One attention score row's softmax over its allowed keys, in place: `row` holds the
     /// scores of keys `0..=p` (`p = row.len() - 1`, the query's own position, always allowed),
-    /// `keep[j]` (0 or 1) says whether key `j < p` is; a key not kept gets exactly 0. The
-    /// maximum is taken lane-wise, then across lanes: a maximum does not depend on the order
-    /// it is taken in (comparisons with NaN are false either way, and a −0/+0 tie changes no
-    /// difference `x − m`), so this is bitwise the one-by-one loop; the sum stays in order.
+    /// `keep[j]` (0 or 1) says whether key `j < p` is; a key not kept gets exactly 0. The sum
+    /// runs in order.
     pub fn softmax_prefix(row: &mut [f32], keep: &[f32]) {
-        const L: usize = 16;
-        let p = row.len() - 1;
-        let (head, own) = row.split_at_mut(p);
-        let keep = &keep[..p];
-        let masked = |x: f32, k: f32| if k > 0.0 { x } else { f32::NEG_INFINITY };
-        let mut lanes = [own[0]; L];
-        let (hc, kc) = (head.chunks_exact(L), keep.chunks_exact(L));
-        let (hr, kr) = (hc.remainder(), kc.remainder());
-        for (c, k) in hc.zip(kc) {
-            for i in 0..L {
-                let x = masked(c[i], k[i]);
-                lanes[i] = if x > lanes[i] { x } else { lanes[i] };
-            }
-        }
-        let mut m = own[0];
-        for (&x, &k) in hr.iter().zip(kr) {
-            let x = masked(x, k);
-            m = if x > m { x } else { m };
-        }
-        for l in lanes {
-            m = if l > m { l } else { m };
-        }
-        own[0] = exp(own[0] - m);
-        for (x, &k) in head.iter_mut().zip(keep) {
-            *x = exp(*x - m) * k;
-        }
+        exp_shifted(row, keep);
         let inv = 1.0 / row.iter().sum::<f32>();
         for x in row.iter_mut() {
             *x *= inv;
+        }
+    }
+}
+
+wide! {
+    /// The attention node's score rows `p` (`[b·h·s, kv]`, row `r` the query `i = r mod s` of
+    /// batch row `r / (s·h)`) in place: each row's [`softmax_prefix`] over keys `0..=pos0 + i`
+    /// (`keep`, `[b, kv]`, as 0/1) and exactly 0 after. Bitwise the row-by-row loop, but with
+    /// every elementwise pass over the whole row, so that short rows vectorise too: a row's
+    /// weights `w` are `keep` before its own key, 1 at it and 0 after, so `exp(x − m)·w` gives
+    /// the kept keys' values and exact zeros elsewhere; each row's sum still runs in order (its
+    /// zeros after the last key add nothing to a positive sum), eight rows' sums side by side.
+    pub fn softmax_rows(p: &mut [f32], kv: usize, s: usize, h: usize, pos0: usize, keep: &[f32]) {
+        const G: usize = 8;
+        let mut w = vec![0.0f32; kv];
+        let last = |r: usize| pos0 + r % s;
+        for (g, block) in p.chunks_mut(G * kv).enumerate() {
+            let r0 = g * G;
+            let n = block.len() / kv;
+            for (t, row) in block.chunks_exact_mut(kv).enumerate() {
+                let (r, bi) = (r0 + t, (r0 + t) / (s * h));
+                let own = last(r);
+                w[..own].copy_from_slice(&keep[bi * kv..bi * kv + own]);
+                w[own] = 1.0;
+                w[own + 1..].fill(0.0);
+                let m = kept_max(row, &w, row[own]);
+                for (x, &k) in row.iter_mut().zip(&w) {
+                    *x = exp(*x - m) * k;
+                }
+            }
+            let mut acc = [-0.0f32; G];
+            if n == G {
+                for j in 0..kv {
+                    for t in 0..G {
+                        acc[t] += block[t * kv + j];
+                    }
+                }
+            } else {
+                for (t, row) in block.chunks_exact(kv).enumerate() {
+                    acc[t] = row.iter().sum::<f32>();
+                }
+            }
+            for (t, row) in block.chunks_exact_mut(kv).enumerate() {
+                let inv = 1.0 / acc[t];
+                for x in row.iter_mut() {
+                    *x *= inv;
+                }
+                row[last(r0 + t) + 1..].fill(0.0);
+            }
         }
     }
 }
@@ -181,6 +245,36 @@ mod tests {
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&a), bits(&b), "length {len}, case {salt}");
             }
+        }
+    }
+
+    #[test]
+    fn softmax_rows_is_bitwise_row_by_row() {
+        let (b, h, s, pos0) = (3, 2, 5, 4);
+        let kv = pos0 + s;
+        for salt in 0..4 {
+            let mut p: Vec<f32> = (0..b * h * s * kv)
+                .map(|i| ((i * 29 + salt * 13) % 31) as f32 / 4.0 - 3.0)
+                .collect();
+            if salt == 1 {
+                p[2 * kv + 1] = f32::NAN;
+            }
+            if salt == 2 {
+                p.iter_mut().step_by(7).for_each(|x| *x = -0.0);
+            }
+            let keep: Vec<f32> = (0..b * kv)
+                .map(|i| f32::from(u8::from((i + salt) % 3 != 0)))
+                .collect();
+            let mut want = p.clone();
+            for (r, row) in want.chunks_exact_mut(kv).enumerate() {
+                let (last, bi) = (pos0 + r % s, r / (s * h));
+                let (seen, after) = row.split_at_mut(last + 1);
+                softmax_in_order(seen, &keep[bi * kv..(bi + 1) * kv]);
+                after.fill(0.0);
+            }
+            softmax_rows(&mut p, kv, s, h, pos0, &keep);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&p), bits(&want), "case {salt}");
         }
     }
 
