@@ -16,8 +16,8 @@ use burn::tensor::{Device, Tensor};
 #[derive(Clone, Debug)]
 pub struct Rope {
     /// `[max_seq_len, d_model]`: every head's table (each half-frequency twice), side by side.
-    cos: Tensor<2>,
-    sin: Tensor<2>,
+    pub(super) cos: Tensor<2>,
+    pub(super) sin: Tensor<2>,
     /// `[2·d_model, 2·d_model]`: `R` for the query and the key columns, block-diagonal.
     rot_qk: Tensor<2>,
 }
@@ -199,6 +199,13 @@ pub fn attention(
     let qkv = x
         .matmul(rope.extend_qkv(w.wqkv.clone()))
         .reshape([batch, seq, 5 * d]);
+    #[cfg(feature = "flex")]
+    if cache.is_none()
+        && let Some(ctx) =
+            super::attn_core::attention_qkv(&qkv, (&rope.cos, &rope.sin), h, mask.key_valid, pos0)
+    {
+        return ctx.reshape([n, d]).matmul(w.wo.clone());
+    }
     let part = |i: usize| qkv.clone().slice([0..batch, 0..seq, i * d..(i + 1) * d]);
     let q = rope.apply(part(0), part(3), pos0); // [B, S, D]
     let mut k = rope.apply(part(1), part(4), pos0);
@@ -258,6 +265,46 @@ mod tests {
     use crate::util::tensors::to_vec;
 
     /// The projection-side RoPE equals rotate-half RoPE computed element by element.
+    /// The CPU backend's one-node RoPE, split and core from the projection gives bitwise the
+    /// tensor path's RoPE and slices followed by the core node: values and the projection's
+    /// gradient (a weighting with zeros, so signed zeros reach the slices' sums).
+    #[cfg(feature = "flex")]
+    #[test]
+    fn the_projection_node_is_bitwise_rope_slices_and_the_core() {
+        use crate::model::attn_core::{attention_core, attention_qkv};
+        let device = Device::flex();
+        let cfg = ModelConfig::preset(crate::model::config::Preset::Toy, 17).unwrap();
+        let (b, s, d, h) = (3, 6, cfg.d_model, cfg.n_heads);
+        let rope = Rope::new(&cfg, &device);
+        let vals: Vec<f32> = (0..b * s * 5 * d)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+            .collect();
+        let valid: Vec<bool> = (0..b * s).map(|i| i % 4 != 0).collect();
+        let wts: Vec<f32> = (0..b * s * d).map(|i| (i % 7) as f32 - 3.0).collect();
+        let run = |node: bool| {
+            let qkv = floats(vals.clone(), [b, s, 5 * d], &device)
+                .autodiff()
+                .require_grad();
+            let ctx = if node {
+                attention_qkv(&qkv, (&rope.cos, &rope.sin), h, &valid, 0).expect("applies")
+            } else {
+                let part = |i: usize| qkv.clone().slice([0..b, 0..s, i * d..(i + 1) * d]);
+                let q = rope.apply(part(0), part(3), 0);
+                let k = rope.apply(part(1), part(4), 0);
+                attention_core(&q, &k, &part(2), h, &valid, 0).expect("applies")
+            };
+            let out = to_vec(ctx.clone().inner());
+            let w = floats(wts.clone(), [b, s, d], &ctx.device());
+            let grads = (ctx * w).sum().backward();
+            let g = to_vec(qkv.grad(&grads).expect("a gradient"));
+            let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+            (bits(out), bits(g))
+        };
+        let (a, b2) = (run(true), run(false));
+        assert_eq!(a.0, b2.0, "values");
+        assert_eq!(a.1, b2.1, "the projection's gradient");
+    }
+
     #[test]
     fn rope_from_the_extended_projection_is_rotate_half() {
         let device = Device::flex();
