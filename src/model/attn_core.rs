@@ -19,6 +19,12 @@
 //! `[b, 1, s, kv]` masks and its eight elementwise passes over `[b, h, s, kv]`, each with its own
 //! buffer; other devices keep the tensor path. Checked against it, values and gradients, in
 //! `tests/model.rs`.
+//!
+//! Three entry points: [`attention_qkv`] (no cache: RoPE, the split of the extended projection
+//! and the core as one node whose one parent is the projection), [`attention_cached`]
+//! (generation: keys and values appended to a host cache, [`HostKv`]) and [`attention_core`]
+//! (q, k, v given; a graph with a cache). All run the same products and softmax
+//! ([`crate::util::fastmath::softmax_rows`]), so all give the same bits.
 
 use super::host_mm::{View, gemm_into, host, scratch};
 use crate::util::fastmath::softmax_rows;
