@@ -53,6 +53,11 @@ pub fn core_calls() -> usize {
     CALLS.load(Ordering::Relaxed)
 }
 
+/// Whether the host node applies on `device`: the CPU backend, the tensor path not forced.
+fn on_host(device: &burn::tensor::Device) -> bool {
+    !TENSOR_PATH.with(Cell::get) && crate::util::tensors::is_host(device)
+}
+
 /// Run `f` with the tensor path forced on this thread (tests compare the two paths).
 pub fn with_tensor_attention<T>(f: impl FnOnce() -> T) -> T {
     let before = TENSOR_PATH.with(|c| c.replace(true));
@@ -71,6 +76,17 @@ struct Shape {
 }
 
 impl Shape {
+    /// `b` rows of `s` queries over `kv` keys, `d` columns in `heads` heads.
+    fn new((b, s, kv): (usize, usize, usize), d: usize, heads: usize) -> Self {
+        Shape {
+            b,
+            s,
+            kv,
+            h: heads,
+            hd: d / heads,
+        }
+    }
+
     fn d(&self) -> usize {
         self.h * self.hd
     }
@@ -338,19 +354,13 @@ pub fn attention_core(
     pos0: usize,
 ) -> Option<Tensor<3>> {
     let device = q.device();
-    if TENSOR_PATH.with(Cell::get) || !crate::util::tensors::is_host(&device) {
+    if !on_host(&device) {
         return None;
     }
     let ([b, s, d], [_, kv, _]) = (q.dims(), k.dims());
     assert_eq!(kv, pos0 + s, "keys cover the cached and the new positions");
     assert_eq!(key_valid.len(), b * kv, "key validity covers every key");
-    let sh = Shape {
-        b,
-        s,
-        kv,
-        h: heads,
-        hd: d / heads,
-    };
+    let sh = Shape::new((b, s, kv), d, heads);
     let out = if q.is_autodiff() {
         tracked([q.clone(), k.clone(), v.clone()], sh, key_valid, pos0)?
     } else {
@@ -376,327 +386,8 @@ pub fn attention_core(
     Some(out)
 }
 
-/// A layer's cached keys (RoPE applied) and values for generation, on host slices,
-/// position-major `[cap, b, d]`: a decoding step appends its `[b, d]` block at the end instead
-/// of copying the whole cache into a new `[b, kv + 1, d]` tensor, as the tensor path's
-/// concatenation does. Read through [`Keys`] strides, so every product is the one the packed
-/// layout gives, bit for bit.
-#[derive(Clone, Debug, Default)]
-pub struct HostKv {
-    b: usize,
-    d: usize,
-    len: usize,
-    k: Vec<f32>,
-    v: Vec<f32>,
-}
+mod cache;
+mod qkv;
 
-impl HostKv {
-    /// Positions cached so far.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Append `s` positions of `k` and `v` `[b, s, d]`; room for `cap` positions is reserved
-    /// once.
-    fn append(&mut self, k: &[f32], v: &[f32], (b, s, d): (usize, usize, usize), cap: usize) {
-        if self.len == 0 {
-            *self = HostKv {
-                b,
-                d,
-                len: 0,
-                k: Vec::with_capacity(cap * b * d),
-                v: Vec::with_capacity(cap * b * d),
-            };
-        }
-        assert!(
-            self.b == b && self.d == d,
-            "a generation cache holds one batch's rows"
-        );
-        for i in 0..s {
-            for bi in 0..b {
-                let row = (bi * s + i) * d..(bi * s + i + 1) * d;
-                self.k.extend_from_slice(&k[row.clone()]);
-                self.v.extend_from_slice(&v[row]);
-            }
-        }
-        self.len += s;
-    }
-}
-
-/// [`attention_core`] for generation without a graph: `k` and `v` `[b, s, d]` are the new
-/// positions, appended to `cache` first; the context `[b, s, d]` attends over every cached
-/// position (`pos0` of them before this call). `None` where the node does not apply (the
-/// caller then takes the tensor path with its own cache).
-#[allow(clippy::too_many_arguments)]
-pub fn attention_cached(
-    q: &Tensor<3>,
-    k: &Tensor<3>,
-    v: &Tensor<3>,
-    heads: usize,
-    key_valid: &[bool],
-    pos0: usize,
-    cache: &mut HostKv,
-    cap: usize,
-) -> Option<Tensor<3>> {
-    let device = q.device();
-    if TENSOR_PATH.with(Cell::get) || !crate::util::tensors::is_host(&device) || q.is_autodiff() {
-        return None;
-    }
-    let [b, s, d] = q.dims();
-    assert_eq!(
-        cache.len, pos0,
-        "the cache holds the positions before this call"
-    );
-    let kv = pos0 + s;
-    assert_eq!(key_valid.len(), b * kv, "key validity covers every key");
-    let plain = |t: &Tensor<3>| t.clone().try_into_primitive::<Flex>().ok().map(contiguous);
-    let (qh, kh, vh) = (plain(q)?, plain(k)?, plain(v)?);
-    cache.append(&host(&kh), &host(&vh), (b, s, d), cap.max(kv));
-    let sh = Shape {
-        b,
-        s,
-        kv,
-        h: heads,
-        hd: d / heads,
-    };
-    let keys = Keys { row: d, key: b * d };
-    let (ctx, _) = forward_host(
-        &host(&qh),
-        &cache.k,
-        &cache.v,
-        (sh, keys),
-        (key_valid, pos0),
-        false,
-    );
-    CALLS.fetch_add(1, Ordering::Relaxed);
-    Some(floats(ctx, [b, s, d], &device))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use burn::tensor::Device;
-
-    /// A prefill of 3 positions and 4 single-position steps through the generation cache give
-    /// bitwise the contexts of the node over the packed `[b, kv, d]` keys and values.
-    #[test]
-    fn the_generation_cache_gives_the_packed_layouts_bits() {
-        let device = Device::flex();
-        let (b, h, hd, total) = (3, 2, 4, 7);
-        let d = h * hd;
-        let val = |i: usize, salt: usize| ((i * 37 + salt * 11) % 29) as f32 / 7.0 - 2.0;
-        let make = |salt: usize| -> Vec<f32> { (0..b * total * d).map(|i| val(i, salt)).collect() };
-        let (q, k, v) = (make(1), make(2), make(3));
-        let valid: Vec<bool> = (0..b * total).map(|i| i % 5 != 1).collect();
-        // Positions from..to of every row, as `[b, to - from, d]`.
-        let take = |x: &[f32], from: usize, to: usize| -> Vec<f32> {
-            (0..b)
-                .flat_map(|r| x[(r * total + from) * d..(r * total + to) * d].to_vec())
-                .collect()
-        };
-        let kv_valid = |to: usize| -> Vec<bool> {
-            (0..b)
-                .flat_map(|r| valid[r * total..r * total + to].to_vec())
-                .collect()
-        };
-        let mut cache = HostKv::default();
-        let mut from = 0;
-        for to in [3, 4, 5, 6, 7] {
-            let s = to - from;
-            let t = |x: &[f32]| floats(take(x, from, to), [b, s, d], &device);
-            let got = attention_cached(
-                &t(&q),
-                &t(&k),
-                &t(&v),
-                h,
-                &kv_valid(to),
-                from,
-                &mut cache,
-                total,
-            )
-            .expect("the host path applies");
-            let sh = Shape {
-                b,
-                s,
-                kv: to,
-                h,
-                hd,
-            };
-            let (want, _) = forward_host(
-                &take(&q, from, to),
-                &take(&k, 0, to),
-                &take(&v, 0, to),
-                (sh, Keys::packed(&sh)),
-                (&kv_valid(to), from),
-                false,
-            );
-            assert_eq!(to_vec(got), want, "positions {from}..{to}");
-            from = to;
-        }
-        assert_eq!(cache.len(), total);
-    }
-}
-
-/// RoPE and the split of the extended projection on host slices: from `qkv` `[b, s, 5d]`
-/// (q, k, v, rot(q), rot(k), as [`super::attention`] projects them) and the tables' rows for
-/// the s positions (`cos`, `sin` `[s, d]`), q and k with RoPE applied (`x·cos + rot(x)·sin`, as
-/// `Rope::apply` computes it) and v, each `[b, s, d]`.
-fn split_rope(
-    qkv: &[f32],
-    (cos, sin): (&[f32], &[f32]),
-    (b, s, d): (usize, usize, usize),
-) -> [Vec<f32>; 3] {
-    let n = b * s * d;
-    // SAFETY: the loop below writes every (row, position, column) of all three.
-    let (mut q, mut k, mut v) = unsafe { (scratch(n), scratch(n), scratch(n)) };
-    for r in 0..b * s {
-        let (row, i) = (&qkv[r * 5 * d..(r + 1) * 5 * d], r % s);
-        let (c, sn) = (&cos[i * d..(i + 1) * d], &sin[i * d..(i + 1) * d]);
-        let o = r * d;
-        for j in 0..d {
-            q[o + j] = row[j] * c[j] + row[3 * d + j] * sn[j];
-            k[o + j] = row[d + j] * c[j] + row[4 * d + j] * sn[j];
-            v[o + j] = row[2 * d + j];
-        }
-    }
-    [q, k, v]
-}
-
-/// What [`QkvBackward`] reads: the core's saved state and the tables' rows.
-#[derive(Clone, Debug)]
-struct SavedQkv {
-    core: Saved,
-    cos: Arc<Vec<f32>>,
-    sin: Arc<Vec<f32>>,
-}
-
-/// The gradient of `qkv` from those of q, k, v: `[dq·cos, dk·cos, dv, dq·sin, dk·sin]` per
-/// row, as the tensor path's products, sum and slices give it (each slice's gradient is the
-/// others' zeros plus its own, so `+ 0.0` is added: it turns −0 into +0 as those sums do and
-/// changes nothing else).
-fn join_rope(
-    [dq, dk, dv]: &[Vec<f32>; 3],
-    (cos, sin): (&[f32], &[f32]),
-    (b, s, d): (usize, usize, usize),
-) -> Vec<f32> {
-    // SAFETY: every row's five blocks are written below.
-    let mut g = unsafe { scratch(b * s * 5 * d) };
-    for r in 0..b * s {
-        let (row, i, o) = (&mut g[r * 5 * d..(r + 1) * 5 * d], r % s, r * d);
-        let (c, sn) = (&cos[i * d..(i + 1) * d], &sin[i * d..(i + 1) * d]);
-        for j in 0..d {
-            row[j] = dq[o + j] * c[j] + 0.0;
-            row[d + j] = dk[o + j] * c[j] + 0.0;
-            row[2 * d + j] = dv[o + j] + 0.0;
-            row[3 * d + j] = dq[o + j] * sn[j] + 0.0;
-            row[4 * d + j] = dk[o + j] * sn[j] + 0.0;
-        }
-    }
-    g
-}
-
-#[derive(Debug)]
-struct QkvBackward;
-
-impl Backward<Flex, 1> for QkvBackward {
-    type State = SavedQkv;
-
-    fn backward(self, ops: Ops<SavedQkv, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let dy = grads.consume::<Flex>(&ops.node);
-        let st = &ops.state;
-        let sh = st.core.sh;
-        let dqkv = join_rope(
-            &backward_host(&st.core, &host(&dy)),
-            (&st.cos, &st.sin),
-            (sh.b, sh.s, sh.d()),
-        );
-        let [parent] = ops.parents;
-        if let Some(node) = parent {
-            let shape = vec![sh.b, sh.s, 5 * sh.d()];
-            grads.register::<Flex>(node.id, FlexTensor::from_data(TensorData::new(dqkv, shape)));
-        }
-    }
-}
-
-/// The attention context `[b, s, d]` straight from the extended projection `qkv` `[b, s, 5d]`
-/// without a cache: RoPE, the split into q, k, v and the core as one node (one parent, so no
-/// slice of the projection and no zero-padded slice gradients), bitwise the tensor path's RoPE
-/// and slices followed by [`attention_core`]. `cos` and `sin` are RoPE's tables
-/// `[max_seq_len, d]`. `None` where the node does not apply.
-pub fn attention_qkv(
-    qkv: &Tensor<3>,
-    (cos, sin): (&Tensor<2>, &Tensor<2>),
-    heads: usize,
-    key_valid: &[bool],
-    pos0: usize,
-) -> Option<Tensor<3>> {
-    let device = qkv.device();
-    if TENSOR_PATH.with(Cell::get) || !crate::util::tensors::is_host(&device) {
-        return None;
-    }
-    let [b, s, d5] = qkv.dims();
-    let d = d5 / 5;
-    let kv = pos0 + s;
-    assert_eq!(key_valid.len(), b * kv, "key validity covers every key");
-    let table = |t: &Tensor<2>| -> Option<Vec<f32>> {
-        let p = t.clone().try_into_primitive::<Flex>().ok()?;
-        Some(host(&p)[pos0 * d..kv * d].to_vec())
-    };
-    let (ct, st) = (table(cos)?, table(sin)?);
-    let sh = Shape {
-        b,
-        s,
-        kv,
-        h: heads,
-        hd: d / heads,
-    };
-    let out = if qkv.is_autodiff() {
-        let prim = qkv.clone().try_into_primitive::<Ad>().ok()?;
-        let guards = [prim.node()];
-        let inner = contiguous(prim.into_primitive());
-        let [q, k, v] = split_rope(&host(&inner), (&ct, &st), (b, s, d));
-        let (ctx, p) = forward_host(&q, &k, &v, (sh, Keys::packed(&sh)), (key_valid, pos0), true);
-        let out = FlexTensor::from_data(TensorData::new(ctx, [b, s, d]));
-        let flex = |x: Vec<f32>| FlexTensor::from_data(TensorData::new(x, [b, s, d]));
-        let y = match QkvBackward
-            .prepare::<NoCheckpointing>(guards)
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => {
-                let saved = SavedQkv {
-                    core: Saved {
-                        sh,
-                        q: flex(q),
-                        k: flex(k),
-                        v: flex(v),
-                        p: Arc::new(p.expect("saved when asked")),
-                    },
-                    cos: Arc::new(ct),
-                    sin: Arc::new(st),
-                };
-                prep.finish(saved, out)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        };
-        Tensor::from_primitive::<Ad>(y)
-    } else {
-        let prim = contiguous(qkv.clone().try_into_primitive::<Flex>().ok()?);
-        let [q, k, v] = split_rope(&host(&prim), (&ct, &st), (b, s, d));
-        let (ctx, _) = forward_host(
-            &q,
-            &k,
-            &v,
-            (sh, Keys::packed(&sh)),
-            (key_valid, pos0),
-            false,
-        );
-        floats(ctx, [b, s, d], &device)
-    };
-    CALLS.fetch_add(1, Ordering::Relaxed);
-    Some(out)
-}
+pub use cache::{HostKv, attention_cached};
+pub use qkv::attention_qkv;

@@ -1,0 +1,168 @@
+//! The attention node fed by the extended projection whole: RoPE, the split into q, k, v and
+//! the core in one node with one parent.
+
+use super::{Ad, CALLS, Keys, Saved, Shape, backward_host, contiguous, forward_host, on_host};
+use crate::model::host_mm::{host, scratch};
+use crate::util::tensors::floats;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::tensor::{Tensor, TensorData};
+use burn_flex::{Flex, FlexTensor};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// RoPE and the split of the extended projection on host slices: from `qkv` `[b, s, 5d]`
+/// (q, k, v, rot(q), rot(k), as [`crate::model::attention`] projects them) and the tables' rows for
+/// the s positions (`cos`, `sin` `[s, d]`), q and k with RoPE applied (`x·cos + rot(x)·sin`, as
+/// `Rope::apply` computes it) and v, each `[b, s, d]`.
+fn split_rope(
+    qkv: &[f32],
+    (cos, sin): (&[f32], &[f32]),
+    (b, s, d): (usize, usize, usize),
+) -> [Vec<f32>; 3] {
+    let n = b * s * d;
+    // SAFETY: the loop below writes every (row, position, column) of all three.
+    let (mut q, mut k, mut v) = unsafe { (scratch(n), scratch(n), scratch(n)) };
+    for r in 0..b * s {
+        let (row, i) = (&qkv[r * 5 * d..(r + 1) * 5 * d], r % s);
+        let (c, sn) = (&cos[i * d..(i + 1) * d], &sin[i * d..(i + 1) * d]);
+        let o = r * d;
+        for j in 0..d {
+            q[o + j] = row[j] * c[j] + row[3 * d + j] * sn[j];
+            k[o + j] = row[d + j] * c[j] + row[4 * d + j] * sn[j];
+            v[o + j] = row[2 * d + j];
+        }
+    }
+    [q, k, v]
+}
+
+/// What [`QkvBackward`] reads: the core's saved state and the tables' rows.
+#[derive(Clone, Debug)]
+struct SavedQkv {
+    core: Saved,
+    cos: Arc<Vec<f32>>,
+    sin: Arc<Vec<f32>>,
+}
+
+/// The gradient of `qkv` from those of q, k, v: `[dq·cos, dk·cos, dv, dq·sin, dk·sin]` per
+/// row, as the tensor path's products, sum and slices give it (each slice's gradient is the
+/// others' zeros plus its own, so `+ 0.0` is added: it turns −0 into +0 as those sums do and
+/// changes nothing else).
+fn join_rope(
+    [dq, dk, dv]: &[Vec<f32>; 3],
+    (cos, sin): (&[f32], &[f32]),
+    (b, s, d): (usize, usize, usize),
+) -> Vec<f32> {
+    // SAFETY: every row's five blocks are written below.
+    let mut g = unsafe { scratch(b * s * 5 * d) };
+    for r in 0..b * s {
+        let (row, i, o) = (&mut g[r * 5 * d..(r + 1) * 5 * d], r % s, r * d);
+        let (c, sn) = (&cos[i * d..(i + 1) * d], &sin[i * d..(i + 1) * d]);
+        for j in 0..d {
+            row[j] = dq[o + j] * c[j] + 0.0;
+            row[d + j] = dk[o + j] * c[j] + 0.0;
+            row[2 * d + j] = dv[o + j] + 0.0;
+            row[3 * d + j] = dq[o + j] * sn[j] + 0.0;
+            row[4 * d + j] = dk[o + j] * sn[j] + 0.0;
+        }
+    }
+    g
+}
+
+#[derive(Debug)]
+struct QkvBackward;
+
+impl Backward<Flex, 1> for QkvBackward {
+    type State = SavedQkv;
+
+    fn backward(self, ops: Ops<SavedQkv, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let dy = grads.consume::<Flex>(&ops.node);
+        let st = &ops.state;
+        let sh = st.core.sh;
+        let dqkv = join_rope(
+            &backward_host(&st.core, &host(&dy)),
+            (&st.cos, &st.sin),
+            (sh.b, sh.s, sh.d()),
+        );
+        let [parent] = ops.parents;
+        if let Some(node) = parent {
+            let shape = vec![sh.b, sh.s, 5 * sh.d()];
+            grads.register::<Flex>(node.id, FlexTensor::from_data(TensorData::new(dqkv, shape)));
+        }
+    }
+}
+
+/// The attention context `[b, s, d]` straight from the extended projection `qkv` `[b, s, 5d]`
+/// without a cache: RoPE, the split into q, k, v and the core as one node (one parent, so no
+/// slice of the projection and no zero-padded slice gradients), bitwise the tensor path's RoPE
+/// and slices followed by [`super::attention_core`]. `cos` and `sin` are RoPE's tables
+/// `[max_seq_len, d]`. `None` where the node does not apply.
+pub fn attention_qkv(
+    qkv: &Tensor<3>,
+    (cos, sin): (&Tensor<2>, &Tensor<2>),
+    heads: usize,
+    key_valid: &[bool],
+    pos0: usize,
+) -> Option<Tensor<3>> {
+    let device = qkv.device();
+    if !on_host(&device) {
+        return None;
+    }
+    let [b, s, d5] = qkv.dims();
+    let d = d5 / 5;
+    let kv = pos0 + s;
+    assert_eq!(key_valid.len(), b * kv, "key validity covers every key");
+    let table = |t: &Tensor<2>| -> Option<Vec<f32>> {
+        let p = t.clone().try_into_primitive::<Flex>().ok()?;
+        Some(host(&p)[pos0 * d..kv * d].to_vec())
+    };
+    let (ct, st) = (table(cos)?, table(sin)?);
+    let sh = Shape::new((b, s, kv), d, heads);
+    let out = if qkv.is_autodiff() {
+        let prim = qkv.clone().try_into_primitive::<Ad>().ok()?;
+        let guards = [prim.node()];
+        let inner = contiguous(prim.into_primitive());
+        let [q, k, v] = split_rope(&host(&inner), (&ct, &st), (b, s, d));
+        let (ctx, p) = forward_host(&q, &k, &v, (sh, Keys::packed(&sh)), (key_valid, pos0), true);
+        let out = FlexTensor::from_data(TensorData::new(ctx, [b, s, d]));
+        let flex = |x: Vec<f32>| FlexTensor::from_data(TensorData::new(x, [b, s, d]));
+        let y = match QkvBackward
+            .prepare::<NoCheckpointing>(guards)
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let saved = SavedQkv {
+                    core: Saved {
+                        sh,
+                        q: flex(q),
+                        k: flex(k),
+                        v: flex(v),
+                        p: Arc::new(p.expect("saved when asked")),
+                    },
+                    cos: Arc::new(ct),
+                    sin: Arc::new(st),
+                };
+                prep.finish(saved, out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        };
+        Tensor::from_primitive::<Ad>(y)
+    } else {
+        let prim = contiguous(qkv.clone().try_into_primitive::<Flex>().ok()?);
+        let [q, k, v] = split_rope(&host(&prim), (&ct, &st), (b, s, d));
+        let (ctx, _) = forward_host(
+            &q,
+            &k,
+            &v,
+            (sh, Keys::packed(&sh)),
+            (key_valid, pos0),
+            false,
+        );
+        floats(ctx, [b, s, d], &device)
+    };
+    CALLS.fetch_add(1, Ordering::Relaxed);
+    Some(out)
+}
