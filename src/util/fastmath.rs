@@ -94,7 +94,9 @@ fn kept_max(head: &[f32], keep: &[f32], own: f32) -> f32 {
 }
 
 /// `row[..=p]` (`p = row.len() − 1`) shifted by its kept maximum and exponentiated; a key not
-/// kept gets exactly 0.
+/// kept gets exactly 0. (The one-row form, kept for the test that pins [`softmax_rows`]'s
+/// maximum to the in-order loop's.)
+#[cfg(test)]
 #[inline(always)]
 fn exp_shifted(row: &mut [f32], keep: &[f32]) {
     let p = row.len() - 1;
@@ -111,7 +113,8 @@ wide! {
     /// One attention score row's softmax over its allowed keys, in place: `row` holds the
     /// scores of keys `0..=p` (`p = row.len() - 1`, the query's own position, always allowed),
     /// `keep[j]` (0 or 1) says whether key `j < p` is; a key not kept gets exactly 0. The sum
-    /// runs in order.
+    /// runs in order. Test-only: [`softmax_rows`] is what the attention node runs.
+    #[cfg(test)]
     pub fn softmax_prefix(row: &mut [f32], keep: &[f32]) {
         exp_shifted(row, keep);
         let inv = 1.0 / row.iter().sum::<f32>();
@@ -123,7 +126,7 @@ wide! {
 
 wide! {
     /// The attention node's score rows `p` (`[b·h·s, kv]`, row `r` the query `i = r mod s` of
-    /// batch row `r / (s·h)`) in place: each row's [`softmax_prefix`] over keys `0..=pos0 + i`
+    /// batch row `r / (s·h)`) in place: each row's softmax over keys `0..=pos0 + i`
     /// (`keep`, `[b, kv]`, as 0/1) and exactly 0 after. Bitwise the row-by-row loop, but with
     /// every elementwise pass over the whole row, so that short rows vectorise too: a row's
     /// weights `w` are `keep` before its own key, 1 at it and 0 after, so `exp(x − m)·w` gives
