@@ -331,3 +331,56 @@ fn sigmoid_bias_settings_that_do_nothing_are_refused() {
     assert_eq!(sig[1].coldstart_key(), soft[1].coldstart_key());
     assert_ne!(sig[0].coldstart_key(), soft[0].coldstart_key());
 }
+
+/// The probe's forward that stops at the last router gives the full forward's traces bit for
+/// bit (native and used ids, distributions), with router-logit offsets, for both routers, and
+/// nothing for a dense model.
+#[test]
+fn route_traces_are_the_full_forwards_traces() {
+    use driftlab::model::{FfnKind, ForwardOptions};
+    let task = sort_task(0);
+    let batch = batch_of(&problems(&task, 5, 7));
+    for (router, ffn) in [
+        (RouterKind::Softmax, FfnKind::Moe),
+        (RouterKind::SigmoidBias, FfnKind::Moe),
+        (RouterKind::Softmax, FfnKind::Dense),
+    ] {
+        let cfg = ModelConfig {
+            router,
+            ffn,
+            n_layers: 3,
+            ..tiny_cfg()
+        };
+        let device = flex();
+        let model = Model::init(cfg.clone(), 11, &device);
+        let t = batch.n_tokens();
+        let offsets = |l: usize| {
+            let v = (0..t * cfg.n_experts)
+                .map(|i| ((i * 7 + l * 3) % 11) as f32 * 0.05 - 0.25)
+                .collect();
+            floats(v, [t, cfg.n_experts], &device)
+        };
+        let opts = ForwardOptions {
+            routing: (0..cfg.n_layers)
+                .map(|l| LayerRouting {
+                    logit_offset: (l != 1).then(|| offsets(l)),
+                    ..LayerRouting::default()
+                })
+                .collect(),
+            want_probs: true,
+            round_bf16: false,
+        };
+        let full = model.forward(&batch, &opts).traces;
+        let probe = model.route_traces(&batch, &opts);
+        assert_eq!(probe.len(), full.len(), "{router} {ffn}");
+        assert_eq!(full.is_empty(), ffn == FfnKind::Dense);
+        for (a, b) in full.iter().zip(&probe) {
+            assert_eq!((a.native.clone(), a.used.clone()), (b.native.clone(), b.used.clone()));
+            let bits = |p: &Option<Vec<f32>>| -> Vec<u32> {
+                p.iter().flatten().map(|x| x.to_bits()).collect()
+            };
+            assert_eq!(bits(&a.probs), bits(&b.probs), "{router} {ffn}");
+            assert!(a.probs.is_some());
+        }
+    }
+}

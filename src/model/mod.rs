@@ -146,8 +146,41 @@ impl Model {
         pos0: usize,
         key_valid: &[bool],
         opts: &ForwardOptions<'_>,
-        mut cache: Option<&mut Vec<LayerCache>>,
+        cache: Option<&mut Vec<LayerCache>>,
     ) -> ForwardOutput {
+        let device = self.device();
+        let r = self.blocks(batch, (pos0, key_valid), opts, cache, false);
+        let x = r.x.expect("a model has at least one block");
+        let x = rms_norm(x, &self.weights.final_norm);
+        let logits = x.matmul(self.weights.head.clone());
+        ForwardOutput {
+            logits,
+            traces: r.traces,
+            aux_loss: layer_mean(r.aux, &device),
+            z_loss: layer_mean(r.z, &device),
+            load: r.load,
+        }
+    }
+
+    /// The routing traces of [`Model::forward`] over `batch` — the same ids and router
+    /// distributions, bit for bit — computed only as far as they need: the blocks up to the last
+    /// MoE layer's router, without that layer's experts, the later blocks or the head. Empty for
+    /// the dense model. What a drift probe reads.
+    pub fn route_traces(&self, batch: &SeqBatch, opts: &ForwardOptions<'_>) -> Vec<RoutingTrace> {
+        self.blocks(batch, (0, &batch.valid), opts, None, true)
+            .traces
+    }
+
+    /// The blocks of a forward: the residual stream after the last block run, and each MoE
+    /// layer's trace and loss terms. With `routes_only`, stop at the last MoE layer's router.
+    fn blocks(
+        &self,
+        batch: &SeqBatch,
+        (pos0, key_valid): (usize, &[bool]),
+        opts: &ForwardOptions<'_>,
+        mut cache: Option<&mut Vec<LayerCache>>,
+        routes_only: bool,
+    ) -> Blocks {
         let cfg = &self.cfg;
         let (b, s) = (batch.batch, batch.seq);
         assert!(
@@ -159,6 +192,17 @@ impl Model {
         let device = self.device();
         let ids: Vec<usize> = batch.tokens.iter().map(|&t| t as usize).collect();
         let round = |x: Tensor<2>| if opts.round_bf16 { round_bf16(x) } else { x };
+        let moe = |f: &FfnWeights| matches!(f, FfnWeights::Moe(_));
+        let n_blocks = match routes_only {
+            true => (self.weights.blocks.iter())
+                .rposition(|blk| moe(&blk.ffn))
+                .map_or(0, |l| l + 1),
+            false => self.weights.blocks.len(),
+        };
+        let mut out = Blocks::default();
+        if n_blocks == 0 {
+            return out;
+        }
         let embedded = self
             .weights
             .embed
@@ -166,42 +210,47 @@ impl Model {
             .select(0, crate::util::tensors::ints(&ids, [b * s], &device));
         let mut x = round(embedded); // [B·S, D]
         let mask = Mask::new(key_valid, b, pos0, s, &device);
-        let mut traces = Vec::new();
-        let mut aux = Vec::new();
-        let mut z = Vec::new();
-        let mut load = Vec::new();
         if let Some(c) = cache.as_deref_mut() {
             c.resize_with(cfg.n_layers, LayerCache::default);
         }
-        for (l, blk) in self.weights.blocks.iter().enumerate() {
+        for (l, blk) in self.weights.blocks.iter().enumerate().take(n_blocks) {
             let layer_cache = cache.as_deref_mut().map(|c| &mut c[l]);
             let h = rms_norm(x.clone(), &blk.attn_norm);
             x = round(x + attention(blk, cfg, &self.rope, h, (b, s, pos0), &mask, layer_cache));
             let h = rms_norm(x.clone(), &blk.ffn_norm);
+            let routing = || opts.routing.get(l).cloned().unwrap_or_default();
             let y = match &blk.ffn {
+                FfnWeights::Moe(mw) if routes_only && l + 1 == n_blocks => {
+                    let t = moe::moe_routes(mw, cfg, h, routing(), opts.want_probs);
+                    out.traces.push(t);
+                    break;
+                }
                 FfnWeights::Moe(mw) => {
-                    let routing = opts.routing.get(l).cloned().unwrap_or_default();
-                    let o = moe::moe_forward(mw, cfg, h, &batch.valid, routing, opts.want_probs);
-                    traces.push(o.trace);
-                    aux.push(o.aux_loss);
-                    z.push(o.z_loss);
-                    load.push(o.load);
+                    let o = moe::moe_forward(mw, cfg, h, &batch.valid, routing(), opts.want_probs);
+                    out.traces.push(o.trace);
+                    out.aux.push(o.aux_loss);
+                    out.z.push(o.z_loss);
+                    out.load.push(o.load);
                     o.out
                 }
                 FfnWeights::Dense(sw) => moe::swiglu(sw, h),
             };
             x = round(x + y);
         }
-        let x = rms_norm(x, &self.weights.final_norm);
-        let logits = x.matmul(self.weights.head.clone());
-        ForwardOutput {
-            logits,
-            traces,
-            aux_loss: layer_mean(aux, &device),
-            z_loss: layer_mean(z, &device),
-            load,
-        }
+        out.x = Some(x);
+        out
     }
+}
+
+/// What [`Model::blocks`] ran: the residual stream (none if no block ran) and, per MoE layer,
+/// the trace and the loss terms.
+#[derive(Default)]
+struct Blocks {
+    x: Option<Tensor<2>>,
+    traces: Vec<RoutingTrace>,
+    aux: Vec<Tensor<1>>,
+    z: Vec<Tensor<1>>,
+    load: Vec<moe::LoadTerms>,
 }
 
 /// Mean of per-layer scalars (`[1]` each); zero without layers.

@@ -149,6 +149,82 @@ pub fn silu_mul(a1: Tensor<2>, a3: Tensor<2>) -> Tensor<2> {
     (a1 - a1c) * c1 + a3 * c3
 }
 
+/// The router half of a MoE layer: its logits, what the gates are gathered from, the router
+/// distribution (on the device and on the host), the native and the used ids.
+struct Routed {
+    logits: Tensor<2>,
+    gate_src: Tensor<2>,
+    probs: Tensor<2>,
+    probs_host: Vec<f32>,
+    native: Vec<u16>,
+    used: Vec<u16>,
+    replay_slots: usize,
+    replay_replaced: usize,
+    input: Option<Vec<f32>>,
+}
+
+impl Routed {
+    /// The layer's trace (the distribution kept when `want_probs`).
+    fn trace(&mut self, (n_tokens, k): (usize, usize), want_probs: bool) -> RoutingTrace {
+        RoutingTrace {
+            n_tokens,
+            k,
+            native: std::mem::take(&mut self.native),
+            used: std::mem::take(&mut self.used),
+            probs: want_probs.then(|| std::mem::take(&mut self.probs_host)),
+            replay_slots: self.replay_slots,
+            replay_replaced: self.replay_replaced,
+            input: self.input.take(),
+        }
+    }
+}
+
+/// The router on `x` `[tokens, d_model]`: logits (plus the routing's offset), scores, native
+/// top-k and the ids to run.
+fn route(w: &MoeWeights, cfg: &ModelConfig, x: &Tensor<2>, routing: &LayerRouting<'_>) -> Routed {
+    let [t, _d] = x.dims();
+    let (e_n, k) = (cfg.n_experts, cfg.top_k);
+    let input = routing.want_input.then(|| to_vec(x.clone().inner()));
+    let mut logits = x.clone().matmul(w.router.clone()); // [T, E]
+    if let Some(off) = routing.logit_offset.clone() {
+        logits = logits + off;
+    }
+    let (gate_src, probs) = router_scores(cfg, logits.clone());
+    let probs_host = to_vec(probs.clone().inner());
+    let native = native_choice(w, cfg, &logits, &gate_src, &probs_host, routing);
+    let filter = routing.replay_filter.filter(|&r| r > 0.0);
+    let (used, replay_slots, replay_replaced) = used_ids(
+        &native,
+        routing.forced,
+        (t, k, e_n),
+        filter.map(|r| (r, probs_host.as_slice())),
+    );
+    Routed {
+        logits,
+        gate_src,
+        probs,
+        probs_host,
+        native,
+        used,
+        replay_slots,
+        replay_replaced,
+        input,
+    }
+}
+
+/// The trace of a MoE layer's router on `x` without running its experts (the same ids and
+/// distribution as [`moe_forward`]'s trace): what a probe that reads routes needs.
+pub fn moe_routes(
+    w: &MoeWeights,
+    cfg: &ModelConfig,
+    x: Tensor<2>,
+    routing: LayerRouting<'_>,
+    want_probs: bool,
+) -> RoutingTrace {
+    let t = x.dims()[0];
+    route(w, cfg, &x, &routing).trace((t, cfg.top_k), want_probs)
+}
+
 /// MoE forward on `x` `[tokens, d_model]`. Only `active` tokens (not padding) are dispatched
 /// and counted in the auxiliary losses; inactive tokens get a zero FFN output.
 pub fn moe_forward(
@@ -160,7 +236,6 @@ pub fn moe_forward(
     want_probs: bool,
 ) -> MoeOutput {
     let [t, _d] = x.dims();
-    let (e_n, k) = (cfg.n_experts, cfg.top_k);
     assert_eq!(
         active.len(),
         t,
@@ -168,43 +243,22 @@ pub fn moe_forward(
         active.len()
     );
     let device = x.device();
-    let x_in = routing.want_input.then(|| x.clone());
-
-    // Router: logits → probabilities; the top-k decision is made on the host.
-    let mut logits = x.clone().matmul(w.router.clone()); // [T, E]
-    if let Some(off) = routing.logit_offset.clone() {
-        logits = logits + off;
-    }
-    let (gate_src, probs) = router_scores(cfg, logits.clone());
-    let probs_host = to_vec(probs.clone().inner());
-    let native = native_choice(w, cfg, &logits, &gate_src, &probs_host, &routing);
-
-    let filter = routing.replay_filter.filter(|&r| r > 0.0);
-    let (used, replay_slots, replay_replaced) = used_ids(
-        &native,
-        routing.forced,
-        (t, k, e_n),
-        filter.map(|r| (r, probs_host.as_slice())),
-    );
-    let mut out = dispatch(w, cfg, x.clone(), &gate_src, &used, active);
+    let mut r = route(w, cfg, &x, &routing);
+    let mut out = dispatch(w, cfg, x.clone(), &r.gate_src, &r.used, active);
     if let Some(shared) = &w.shared {
         let mask = active_mask(active, &device);
         out = out + swiglu(shared, x) * mask;
     }
-    let (aux_loss, z_loss, load) = load_terms(logits, &probs, &native, active, k);
-
+    let (aux_loss, z_loss, load) = load_terms(
+        r.logits.clone(),
+        &r.probs,
+        &r.native,
+        active,
+        cfg.top_k,
+    );
     MoeOutput {
         out,
-        trace: RoutingTrace {
-            n_tokens: t,
-            k,
-            native,
-            used,
-            probs: want_probs.then_some(probs_host),
-            replay_slots,
-            replay_replaced,
-            input: x_in.map(|x| to_vec(x.inner())),
-        },
+        trace: r.trace((t, cfg.top_k), want_probs),
         aux_loss,
         load,
         z_loss,

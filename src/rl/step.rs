@@ -438,11 +438,12 @@ impl Trainer {
         let probed: Vec<LayerRoutes> = par_map(b.n_micro, |j| {
             let mc = &b.micros[m * b.n_micro + j];
             let offsets = walk.map(|w| w.offsets(b.token_range(mc), &device));
-            let o = model.forward(
+            // Routes and distributions only: no experts of the last MoE layer, no head.
+            let traces = model.route_traces(
                 &mc.batch,
                 &routing(self.model.cfg.n_layers, None, offsets, None, false),
             );
-            native_and_probs(o.traces)
+            native_and_probs(traces)
         });
         let n_layers = model.cfg.n_layers;
         (
