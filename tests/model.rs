@@ -832,3 +832,32 @@ fn on_path(model: &driftlab::model::Model, fused: bool) -> driftlab::model::Mode
     m.cfg.expert_path = expert_path(fused);
     m
 }
+
+/// The no-graph RMSNorm on the CPU backend (one host pass) gives the bits of the tensor ops
+/// it replaces (run here through the graph path), for widths that fill, split and undershoot the
+/// vector lanes, and for zeros, huge values, infinities and NaN.
+#[test]
+fn the_host_rms_norm_is_bitwise_the_tensor_ops() {
+    use driftlab::model::rms_norm;
+    let device = flex();
+    for (n, d) in [(5, 64), (3, 37), (4, 128), (2, 1), (7, 16)] {
+        let mut x: Vec<f32> = (0..n * d)
+            .map(|i| ((i * 7919) % 1013) as f32 / 97.0 - 5.0)
+            .collect();
+        x[0] = 0.0;
+        if n * d > 8 {
+            x[3] = 3e19;
+            x[d] = -0.0;
+        }
+        if n > 2 {
+            x[2 * d] = f32::INFINITY;
+            x[d * (n - 1)] = f32::NAN;
+        }
+        let g: Vec<f32> = (0..d).map(|j| 0.5 + j as f32 / 13.0).collect();
+        let (xt, gt) = (floats(x, [n, d], &device), floats(g, [1, d], &device));
+        let host = to_vec(rms_norm(xt.clone(), &gt));
+        let graph = to_vec(rms_norm(xt.autodiff(), &gt.autodiff()).inner());
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&host), bits(&graph), "[{n}, {d}]");
+    }
+}

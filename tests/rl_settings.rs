@@ -449,3 +449,56 @@ fn pr2_starts_as_r2_and_its_predictors_learn() {
         .to_string();
     assert!(e.contains("pr2") && e.contains("r2"), "{e}");
 }
+
+/// `probe_every` and `kl_ref_every` only thin out measurement: the probe runs on steps 0, k,
+/// 2k, … and the reference on its own k's steps; training (rollouts, losses, gradients, the
+/// weights it reaches) is bitwise that of measuring every step, and a measured step's drift and
+/// reference log-probs are the same too. A KL term needs the reference every step.
+#[test]
+fn measuring_every_kth_step_changes_nothing_but_what_is_measured() {
+    let full = grpo(RoutingMode::Native);
+    let thin = RlConfig {
+        probe_every: 3,
+        kl_ref_every: 2,
+        ..full.clone()
+    };
+    let (mut a, mut b) = (trainer(full, 5), trainer(thin, 5));
+    for s in 0..4 {
+        let (x, y) = (a.step(), b.step());
+        assert_eq!(x.rewards, y.rewards, "step {s}");
+        assert_eq!(x.logp_old, y.logp_old, "step {s}");
+        for (u, v) in x.updates.iter().zip(&y.updates) {
+            assert_eq!(u.grad_norm.to_bits(), v.grad_norm.to_bits(), "step {s}");
+            assert_eq!(u.routes_before, v.routes_before, "step {s}");
+            assert!(!u.routes_after.is_empty() && !u.logp_ref.is_empty());
+            match s % 3 == 0 {
+                true => assert_eq!(u.routes_after, v.routes_after, "step {s}"),
+                false => assert!(v.routes_after.is_empty(), "step {s}"),
+            }
+            match s % 2 == 0 {
+                true => assert_eq!(u.logp_ref, v.logp_ref, "step {s}"),
+                false => assert!(v.logp_ref.is_empty(), "step {s}"),
+            }
+        }
+    }
+    let w = |t: &driftlab::rl::Trainer| -> Vec<u32> {
+        t.model
+            .weights
+            .tensors()
+            .into_iter()
+            .flat_map(driftlab::util::tensors::to_vec)
+            .map(f32::to_bits)
+            .collect()
+    };
+    assert_eq!(w(&a), w(&b), "the same weights after 4 steps");
+    let kl = RlConfig {
+        algorithm: Algorithm::Grpo(GrpoConfig {
+            kl_beta: 0.05,
+            ..GrpoConfig::default()
+        }),
+        kl_ref_every: 2,
+        ..grpo(RoutingMode::Native)
+    };
+    let err = kl.validate().unwrap_err().to_string();
+    assert!(err.contains("kl_ref_every") && err.contains("KL"), "{err}");
+}

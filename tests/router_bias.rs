@@ -375,7 +375,10 @@ fn route_traces_are_the_full_forwards_traces() {
         assert_eq!(probe.len(), full.len(), "{router} {ffn}");
         assert_eq!(full.is_empty(), ffn == FfnKind::Dense);
         for (a, b) in full.iter().zip(&probe) {
-            assert_eq!((a.native.clone(), a.used.clone()), (b.native.clone(), b.used.clone()));
+            assert_eq!(
+                (a.native.clone(), a.used.clone()),
+                (b.native.clone(), b.used.clone())
+            );
             let bits = |p: &Option<Vec<f32>>| -> Vec<u32> {
                 p.iter().flatten().map(|x| x.to_bits()).collect()
             };

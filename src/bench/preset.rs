@@ -83,8 +83,9 @@ fn split(out: &StepOutput, cfg: &ModelConfig) -> Split {
 
 /// RL steps of `preset` from its cached cold start (seed 0, sort 4–16) where one is cached,
 /// else from a random init (said; its responses run longer). Two rows: probe and reference on
-/// with one thread (what an experiment cell runs), and probe off with every thread.
-pub fn rl_preset(preset: Preset, device: &Device, reps: usize) -> Result<()> {
+/// with one thread (what an experiment cell runs), and probe off with every thread; with
+/// `every = Some(k)` a third: probe and reference on every k-th step, one thread.
+pub fn rl_preset(preset: Preset, device: &Device, reps: usize, every: Option<usize>) -> Result<()> {
     let task = Task::new(TaskConfig::default(), 0)?;
     let cfg = ModelConfig::preset(preset, Tokenizer.vocab_size())?;
     let cache = std::path::Path::new(crate::util::io::DEFAULT_CACHE_DIR);
@@ -110,7 +111,7 @@ pub fn rl_preset(preset: Preset, device: &Device, reps: usize) -> Result<()> {
     };
     let params = model.weights.num_params();
     for (probe, threads) in [(true, 1), (false, rayon::current_num_threads())] {
-        let (mut t, pool) = bench_trainer(&model, &task, probe, threads)?;
+        let (mut t, pool) = bench_trainer(&model, &task, probe, threads, 1)?;
         let mut rows: Vec<Split> = Vec::new();
         for i in 0..reps.max(1) + 1 {
             let o = pool.install(|| t.step());
@@ -144,6 +145,9 @@ pub fn rl_preset(preset: Preset, device: &Device, reps: usize) -> Result<()> {
             );
         }
     }
+    if let Some(k) = every {
+        measured_every(&model, &task, reps, k)?;
+    }
     purge_ratio(&model, &task, reps)?;
     match peak_rss_mib() {
         Some(m) => println!("peak RSS of this process: {m:.0} MiB"),
@@ -152,18 +156,45 @@ pub fn rl_preset(preset: Preset, device: &Device, reps: usize) -> Result<()> {
     Ok(())
 }
 
+/// The row of `--measure-every k`: one thread, probe and reference on steps 0, k, 2k, …; the
+/// mean step over whole k-step periods (at least `reps` steps) after one warm-up period.
+fn measured_every(model: &Model, task: &Task, reps: usize, k: usize) -> Result<()> {
+    let (mut t, pool) = bench_trainer(model, task, true, 1, k)?;
+    let n = reps.max(1).div_ceil(k) * k;
+    let (mut total, mut probe, mut old) = (0.0, 0.0, 0.0);
+    for i in 0..n + k {
+        let o = pool.install(|| t.step());
+        if i >= k {
+            total += o.t_rollout + o.t_update + o.t_probe;
+            (probe, old) = (probe + o.t_probe, old + o.t_old);
+        }
+    }
+    let m = n as f64;
+    println!(
+        "rl step, probe and kl_ref every {k}th step (probe_every = kl_ref_every = {k}), 1 thread, the mean of {n} steps after {k} warm-up: {:.3}s (pi_old {:.3}s, probe {:.3}s); a 50-step cell {:.1} cells per core-hour",
+        total / m,
+        old / m,
+        probe / m,
+        3600.0 / (50.0 * total / m)
+    );
+    Ok(())
+}
+
 /// The benchmark's trainer (B 16, G 8, N 4, micro-batches and rollout shards 2; probe and
-/// reference as `probe` says) and a pool of `threads` to step it in.
+/// reference as `probe` says, on every `every`-th step) and a pool of `threads` to step it in.
 fn bench_trainer(
     model: &Model,
     task: &Task,
     probe: bool,
     threads: usize,
+    every: usize,
 ) -> Result<(Trainer, rayon::ThreadPool)> {
     let rl = RlConfig {
         measure_kl_ref: probe,
         micro_batches: 2,
         rollout_shards: 2,
+        probe_every: every,
+        kl_ref_every: every,
         ..RlConfig::default()
     };
     let mut t = Trainer::new(rl, model.clone(), task.clone(), 0)?;
@@ -178,7 +209,7 @@ fn bench_trainer(
 /// to the OS (what the binary sets, `crate::keep_freed_memory`) and its default one-second
 /// purge delay, step by step, so that both see the same machine load; their medians.
 fn purge_ratio(model: &Model, task: &Task, reps: usize) -> Result<()> {
-    let (mut t, pool) = bench_trainer(model, task, false, 1)?;
+    let (mut t, pool) = bench_trainer(model, task, false, 1, 1)?;
     let before = crate::purge_delay_ms();
     let (mut keep, mut purge) = (Vec::new(), Vec::new());
     for i in 0..2 * reps.max(1) + 1 {

@@ -23,6 +23,11 @@ pub struct BenchArgs {
     /// tokens/s, achieved GFLOP/s and peak RSS.
     #[arg(long)]
     pub preset: Option<Preset>,
+    /// With --rl --preset: add a row with the probe and the reference on every K-th step only
+    /// (the declared settings `probe_every = K`, `kl_ref_every = K`), one thread: the mean
+    /// step over a whole number of K-step periods.
+    #[arg(long, requires = "preset", value_parser = clap::value_parser!(u64).range(2..))]
+    pub measure_every: Option<u64>,
     /// With --rl: time every arm of one regime of this experiment instead, as its cells run
     /// (the regime's settings, each arm's cold start of the spec's first seed, one thread), in
     /// interleaved rounds (--reps), medians.
@@ -53,7 +58,7 @@ pub fn run(device: &Device, device_name: &str, a: &BenchArgs) -> Result<()> {
     }
     if let Some(p) = a.preset {
         anyhow::ensure!(a.rl, "--preset selects the RL step benchmark: add --rl");
-        return rl_preset(p, device, reps);
+        return rl_preset(p, device, reps, a.measure_every.map(|k| k as usize));
     }
     if a.rl {
         rl_step(device, reps)?;

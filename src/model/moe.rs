@@ -249,13 +249,8 @@ pub fn moe_forward(
         let mask = active_mask(active, &device);
         out = out + swiglu(shared, x) * mask;
     }
-    let (aux_loss, z_loss, load) = load_terms(
-        r.logits.clone(),
-        &r.probs,
-        &r.native,
-        active,
-        cfg.top_k,
-    );
+    let (aux_loss, z_loss, load) =
+        load_terms(r.logits.clone(), &r.probs, &r.native, active, cfg.top_k);
     MoeOutput {
         out,
         trace: r.trace((t, cfg.top_k), want_probs),

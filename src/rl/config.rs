@@ -213,6 +213,23 @@ pub struct RlConfig {
     /// Compute log-probs of the frozen cold-start model every step for the `kl_ref` metric (one
     /// extra no-graph forward per minibatch); always on when the objective has a KL term.
     pub measure_kl_ref: bool,
+    /// Run the drift probe (and the bias-only probe) on steps 0, k, 2k, … only: the drift
+    /// columns of the other steps' updates are null and they write no per-layer rows. A
+    /// declared saving of measurement work (the probe is one no-graph forward per minibatch);
+    /// 1 (default) probes every update. Training is unchanged: the probe only reads.
+    #[serde(skip_serializing_if = "every_step")]
+    pub probe_every: usize,
+    /// With `measure_kl_ref` and an objective without a KL term: the reference forward, and the
+    /// `kl_ref` metric, on steps 0, k, 2k, … only (null on the others). 1 (default) measures
+    /// every step; an objective with a KL term needs the reference every step.
+    #[serde(skip_serializing_if = "every_step")]
+    pub kl_ref_every: usize,
+}
+
+/// A measurement on every step (the default of `probe_every` and `kl_ref_every`), left out
+/// of a written config so configs from before these keys read the same.
+fn every_step(k: &usize) -> bool {
+    *k == 1
 }
 
 impl Default for RlConfig {
@@ -245,11 +262,25 @@ impl Default for RlConfig {
             z_coef: 0.0,
             drift_injection: None,
             measure_kl_ref: true,
+            probe_every: 1,
+            kl_ref_every: 1,
         }
     }
 }
 
 impl RlConfig {
+    /// Whether step `step` runs the drift probe (see [`RlConfig::probe_every`]).
+    pub fn probes_at(&self, step: usize) -> bool {
+        step.is_multiple_of(self.probe_every)
+    }
+
+    /// Whether step `step` needs the reference model's forward: every step with a KL term,
+    /// else on [`RlConfig::kl_ref_every`]'s steps when `measure_kl_ref` is on.
+    pub fn reference_at(&self, step: usize) -> bool {
+        self.algorithm.kl_beta() > 0.0
+            || (self.measure_kl_ref && step.is_multiple_of(self.kl_ref_every))
+    }
+
     /// Micro-batches each minibatch is split into (see [`RlConfig::micro_batches`]).
     pub fn micro_per_minibatch(&self) -> usize {
         largest_divisor_at_most(
@@ -385,6 +416,19 @@ impl RlConfig {
             ),
             None => {}
         }
+        ensure!(
+            self.probe_every >= 1 && self.kl_ref_every >= 1,
+            "probe_every = {} and kl_ref_every = {} must be at least 1 (1 measures every step)",
+            self.probe_every,
+            self.kl_ref_every
+        );
+        ensure!(
+            self.kl_ref_every == 1 || self.algorithm.kl_beta() == 0.0,
+            "kl_ref_every = {} skips the reference model's forward, but this objective's KL \
+             term (beta = {}) needs it every step: drop kl_ref_every or the KL term",
+            self.kl_ref_every,
+            self.algorithm.kl_beta()
+        );
         ensure!(
             self.aux_coef >= 0.0 && self.z_coef >= 0.0,
             "aux_coef and z_coef must be >= 0"

@@ -141,7 +141,9 @@ impl Trainer {
         let b = Batch::new(ro, &cfg, self.model.cfg.top_k);
         let old = old_policy(
             &self.model,
-            self.reference.as_ref(),
+            self.reference
+                .as_ref()
+                .filter(|_| cfg.reference_at(self.step)),
             &self.cfg,
             &b,
             self.predictor.as_ref(),
@@ -348,7 +350,8 @@ impl Trainer {
         );
         // Kept only for the bias-only probe: a second handle on the weights would make the
         // optimizer copy them.
-        let before = (self.probe && self.model.cfg.has_router_bias()).then(|| self.model.clone());
+        let probes = self.probe && self.cfg.probes_at(self.step);
+        let before = (probes && self.model.cfg.has_router_bias()).then(|| self.model.clone());
         let t_opt = Instant::now();
         let (grad_norm, applied, skip_reason) = match acc.grads {
             // No token carries weight: stepping on the auxiliary losses and AdamW's momentum
@@ -455,7 +458,7 @@ impl Trainer {
     /// Drift probe: the updated policy on the same micro-batches, native routes, no graph, with
     /// the walk as the next update will see it. Fills `routes_after`, `probs_after`, `t_probe`.
     fn probe(&self, b: &Batch, m: usize, walk: Option<&DriftWalk>, rec: &mut UpdateRecord) {
-        if !self.probe {
+        if !self.probe || !self.cfg.probes_at(self.step) {
             return;
         }
         let started = Instant::now();

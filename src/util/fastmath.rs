@@ -128,31 +128,41 @@ wide! {
     /// The attention node's score rows `p` (`[b·h·s, kv]`, row `r` the query `i = r mod s` of
     /// batch row `r / (s·h)`) in place: each row's softmax over keys `0..=pos0 + i`
     /// (`keep`, `[b, kv]`, as 0/1) and exactly 0 after. Bitwise the row-by-row loop, but with
-    /// every elementwise pass over the whole row, so that short rows vectorise too: a row's
-    /// weights `w` are `keep` before its own key, 1 at it and 0 after, so `exp(x − m)·w` gives
-    /// the kept keys' values and exact zeros elsewhere; each row's sum still runs in order (its
-    /// zeros after the last key add nothing to a positive sum), eight rows' sums side by side.
+    /// every elementwise pass over the row's keys rounded up to whole 16-lane vectors (the rest
+    /// of a causal row, up to half of it, is only zeroed), so that short rows vectorise too: a
+    /// row's weights `w` are `keep` before its own key, 1 at it and 0 after, so `exp(x − m)·w`
+    /// gives the kept keys' values and exact zeros elsewhere; each row's sum still runs in order
+    /// (its zeros after the last key add nothing to a positive sum), eight rows' sums side by
+    /// side.
     pub fn softmax_rows(p: &mut [f32], kv: usize, s: usize, h: usize, pos0: usize, keep: &[f32]) {
         const G: usize = 8;
         let mut w = vec![0.0f32; kv];
         let last = |r: usize| pos0 + r % s;
+        // Only a row's first `upto` entries (its keys, rounded up to whole 16-lane vectors)
+        // are computed; the rest are set to exactly the 0 the weights would give them.
+        let upto = |own: usize| kv.min((own + 1).next_multiple_of(16));
         for (g, block) in p.chunks_mut(G * kv).enumerate() {
             let r0 = g * G;
             let n = block.len() / kv;
+            let mut width = 0;
             for (t, row) in block.chunks_exact_mut(kv).enumerate() {
                 let (r, bi) = (r0 + t, (r0 + t) / (s * h));
                 let own = last(r);
+                let u = upto(own);
+                width = width.max(u);
                 w[..own].copy_from_slice(&keep[bi * kv..bi * kv + own]);
                 w[own] = 1.0;
-                w[own + 1..].fill(0.0);
-                let m = kept_max(row, &w, row[own]);
-                for (x, &k) in row.iter_mut().zip(&w) {
+                w[own + 1..u].fill(0.0);
+                let (row, rest) = row.split_at_mut(u);
+                let m = kept_max(row, &w[..u], row[own]);
+                for (x, &k) in row.iter_mut().zip(&w[..u]) {
                     *x = exp(*x - m) * k;
                 }
+                rest.fill(0.0);
             }
             let mut acc = [-0.0f32; G];
             if n == G {
-                for j in 0..kv {
+                for j in 0..width {
                     for t in 0..G {
                         acc[t] += block[t * kv + j];
                     }
@@ -164,10 +174,11 @@ wide! {
             }
             for (t, row) in block.chunks_exact_mut(kv).enumerate() {
                 let inv = 1.0 / acc[t];
-                for x in row.iter_mut() {
+                let own = last(r0 + t);
+                for x in row[..upto(own)].iter_mut() {
                     *x *= inv;
                 }
-                row[last(r0 + t) + 1..].fill(0.0);
+                row[own + 1..].fill(0.0);
             }
         }
     }
