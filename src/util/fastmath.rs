@@ -65,120 +65,79 @@ macro_rules! wide {
     };
 }
 
-/// The maximum of `own` and the kept entries of `head` (`keep[j] > 0`), taken lane-wise, then
-/// across lanes: a maximum does not depend on the order it is taken in (comparisons with NaN
-/// are false either way, and a −0/+0 tie changes no difference `x − m`), so this is bitwise the
-/// one-by-one loop.
-#[inline(always)]
-fn kept_max(head: &[f32], keep: &[f32], own: f32) -> f32 {
-    const L: usize = 16;
-    let masked = |x: f32, k: f32| if k > 0.0 { x } else { f32::NEG_INFINITY };
-    let mut lanes = [own; L];
-    let (hc, kc) = (head.chunks_exact(L), keep.chunks_exact(L));
-    let (hr, kr) = (hc.remainder(), kc.remainder());
-    for (c, k) in hc.zip(kc) {
-        for i in 0..L {
-            let x = masked(c[i], k[i]);
-            lanes[i] = if x > lanes[i] { x } else { lanes[i] };
-        }
-    }
-    let mut m = own;
-    for (&x, &k) in hr.iter().zip(kr) {
-        let x = masked(x, k);
-        m = if x > m { x } else { m };
-    }
-    for l in lanes {
-        m = if l > m { l } else { m };
-    }
-    m
-}
-
-/// `row[..=p]` (`p = row.len() − 1`) shifted by its kept maximum and exponentiated; a key not
-/// kept gets exactly 0. (The one-row form, kept for the test that pins [`softmax_rows`]'s
-/// maximum to the in-order loop's.)
-#[cfg(test)]
-#[inline(always)]
-fn exp_shifted(row: &mut [f32], keep: &[f32]) {
-    let p = row.len() - 1;
-    let (head, own) = row.split_at_mut(p);
-    let keep = &keep[..p];
-    let m = kept_max(head, keep, own[0]);
-    own[0] = exp(own[0] - m);
-    for (x, &k) in head.iter_mut().zip(keep) {
-        *x = exp(*x - m) * k;
-    }
-}
-
-wide! {
-    /// One attention score row's softmax over its allowed keys, in place: `row` holds the
-    /// scores of keys `0..=p` (`p = row.len() - 1`, the query's own position, always allowed),
-    /// `keep[j]` (0 or 1) says whether key `j < p` is; a key not kept gets exactly 0. The sum
-    /// runs in order. Test-only: [`softmax_rows`] is what the attention node runs.
-    #[cfg(test)]
-    pub fn softmax_prefix(row: &mut [f32], keep: &[f32]) {
-        exp_shifted(row, keep);
-        let inv = 1.0 / row.iter().sum::<f32>();
-        for x in row.iter_mut() {
-            *x *= inv;
-        }
-    }
-}
-
 wide! {
     /// The attention node's score rows `p` (`[b·h·s, kv]`, row `r` the query `i = r mod s` of
     /// batch row `r / (s·h)`) in place: each row's softmax over keys `0..=pos0 + i`
-    /// (`keep`, `[b, kv]`, as 0/1) and exactly 0 after. Bitwise the row-by-row loop, but with
-    /// every elementwise pass over the row's keys rounded up to whole 16-lane vectors (the rest
-    /// of a causal row, up to half of it, is only zeroed), so that short rows vectorise too: a
-    /// row's weights `w` are `keep` before its own key, 1 at it and 0 after, so `exp(x − m)·w`
-    /// gives the kept keys' values and exact zeros elsewhere; each row's sum still runs in order
-    /// (its zeros after the last key add nothing to a positive sum), eight rows' sums side by
-    /// side.
+    /// (`keep`, `[b, kv]`, as 0/1) and exactly 0 after. Bitwise the row-by-row loop, sixteen rows
+    /// at a time, one row per vector lane: the group's rows are copied key-major into a
+    /// `[keys, 16]` block (each row only up to its own key), so that the maximum, the
+    /// exponentials, the sum and the scaling are vertical vector operations, whatever the row
+    /// length. A row's weights `w` are `keep` before its own key, 1 at it and 0 after, so
+    /// `exp(x − m)·w` gives the kept keys' values and exact zeros elsewhere; its maximum over the
+    /// kept keys does not depend on the order it is taken in (comparisons with NaN are false
+    /// either way), and its sum runs key by key in order, as the row-by-row loop's does (the
+    /// zeros after the last key add nothing to a positive sum).
     pub fn softmax_rows(p: &mut [f32], kv: usize, s: usize, h: usize, pos0: usize, keep: &[f32]) {
-        const G: usize = 8;
-        let mut w = vec![0.0f32; kv];
+        const L: usize = 16;
         let last = |r: usize| pos0 + r % s;
-        // Only a row's first `upto` entries (its keys, rounded up to whole 16-lane vectors)
-        // are computed; the rest are set to exactly the 0 the weights would give them.
-        let upto = |own: usize| kv.min((own + 1).next_multiple_of(16));
-        for (g, block) in p.chunks_mut(G * kv).enumerate() {
-            let r0 = g * G;
+        let (mut x, mut w) = (vec![[0.0f32; L]; kv], vec![[0.0f32; L]; kv]);
+        for (g, block) in p.chunks_mut(L * kv).enumerate() {
+            let r0 = g * L;
             let n = block.len() / kv;
+            let mut own = [0usize; L];
+            let mut m = [0.0f32; L];
             let mut width = 0;
-            for (t, row) in block.chunks_exact_mut(kv).enumerate() {
-                let (r, bi) = (r0 + t, (r0 + t) / (s * h));
-                let own = last(r);
-                let u = upto(own);
-                width = width.max(u);
-                w[..own].copy_from_slice(&keep[bi * kv..bi * kv + own]);
-                w[own] = 1.0;
-                w[own + 1..u].fill(0.0);
-                let (row, rest) = row.split_at_mut(u);
-                let m = kept_max(row, &w[..u], row[own]);
-                for (x, &k) in row.iter_mut().zip(&w[..u]) {
-                    *x = exp(*x - m) * k;
-                }
-                rest.fill(0.0);
+            for t in 0..L {
+                own[t] = if t < n { last(r0 + t) } else { 0 };
+                width = width.max(own[t] + 1);
             }
-            let mut acc = [-0.0f32; G];
-            if n == G {
-                for j in 0..width {
-                    for t in 0..G {
-                        acc[t] += block[t * kv + j];
-                    }
+            for (t, row) in block.chunks_exact(kv).enumerate() {
+                let (o, bi) = (own[t], (r0 + t) / (s * h));
+                let kr = &keep[bi * kv..bi * kv + o];
+                for ((xj, wj), (&v, &k)) in x.iter_mut().zip(w.iter_mut()).zip(row.iter().zip(kr)) {
+                    (xj[t], wj[t]) = (v, k);
                 }
-            } else {
-                for (t, row) in block.chunks_exact(kv).enumerate() {
-                    acc[t] = row.iter().sum::<f32>();
+                (x[o][t], w[o][t]) = (row[o], 1.0);
+                for (xj, wj) in x[o + 1..width].iter_mut().zip(&mut w[o + 1..width]) {
+                    (xj[t], wj[t]) = (0.0, 0.0);
+                }
+                m[t] = row[o];
+            }
+            for t in n..L {
+                for (xj, wj) in x[..width].iter_mut().zip(&mut w[..width]) {
+                    (xj[t], wj[t]) = (0.0, 0.0);
+                }
+                m[t] = 0.0;
+            }
+            let (x, w) = (&mut x[..width], &w[..width]);
+            for (xj, wj) in x.iter().zip(w) {
+                for t in 0..L {
+                    let v = if wj[t] > 0.0 { xj[t] } else { f32::NEG_INFINITY };
+                    m[t] = if v > m[t] { v } else { m[t] };
+                }
+            }
+            let mut acc = [-0.0f32; L];
+            for (xj, wj) in x.iter_mut().zip(w) {
+                for t in 0..L {
+                    xj[t] = exp(xj[t] - m[t]) * wj[t];
+                    acc[t] += xj[t];
+                }
+            }
+            let mut inv = [0.0f32; L];
+            for t in 0..L {
+                inv[t] = 1.0 / acc[t];
+            }
+            for xj in x.iter_mut() {
+                for t in 0..L {
+                    xj[t] *= inv[t];
                 }
             }
             for (t, row) in block.chunks_exact_mut(kv).enumerate() {
-                let inv = 1.0 / acc[t];
-                let own = last(r0 + t);
-                for x in row[..upto(own)].iter_mut() {
-                    *x *= inv;
+                let o = own[t];
+                for (r, xj) in row[..=o].iter_mut().zip(x.iter()) {
+                    *r = xj[t];
                 }
-                row[own + 1..].fill(0.0);
+                row[o + 1..].fill(0.0);
             }
         }
     }
@@ -218,7 +177,7 @@ wide! {
 mod tests {
     use super::*;
 
-    /// The one-by-one softmax the attention node used before `softmax_prefix`.
+    /// The one-by-one softmax the attention node ran before its rows were vectorised.
     fn softmax_in_order(seen: &mut [f32], keep: &[f32]) {
         let p = seen.len() - 1;
         let mut m = seen[p];
@@ -236,59 +195,44 @@ mod tests {
         }
     }
 
-    #[test]
-    fn softmax_prefix_is_bitwise_the_in_order_loop() {
-        for len in [1, 2, 15, 16, 17, 33, 70] {
-            for salt in 0..6 {
-                let mut row: Vec<f32> = (0..len)
-                    .map(|i| ((i * 31 + salt * 7) % 23) as f32 / 3.0 - 4.0)
-                    .collect();
-                let keep: Vec<f32> = (0..len)
-                    .map(|i| f32::from(u8::from((i + salt) % 4 != 0)))
-                    .collect();
-                match salt {
-                    1 => row.iter_mut().step_by(5).for_each(|x| *x = 0.0),
-                    2 => row.iter_mut().step_by(3).for_each(|x| *x = -0.0),
-                    3 => row[len / 2] = f32::NAN,
-                    4 => row[len - 1] = f32::NAN,
-                    _ => {}
-                }
-                let (mut a, mut b) = (row.clone(), row);
-                softmax_prefix(&mut a, &keep);
-                softmax_in_order(&mut b, &keep);
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&a), bits(&b), "length {len}, case {salt}");
-            }
-        }
-    }
-
+    /// Short rows over a cache (`pos0 > 0`), causal rows longer than the vector lanes
+    /// (`pos0 = 0`, as the training forward has), one query over a cache (generation) and a
+    /// partial last group of rows; masked keys, zeros of both signs and NaN before, at and
+    /// after a row's own key.
     #[test]
     fn softmax_rows_is_bitwise_row_by_row() {
-        let (b, h, s, pos0) = (3, 2, 5, 4);
-        let kv = pos0 + s;
-        for salt in 0..4 {
-            let mut p: Vec<f32> = (0..b * h * s * kv)
-                .map(|i| ((i * 29 + salt * 13) % 31) as f32 / 4.0 - 3.0)
-                .collect();
-            if salt == 1 {
-                p[2 * kv + 1] = f32::NAN;
+        for (b, h, s, pos0) in [(3, 2, 5, 4), (2, 3, 40, 0), (5, 4, 1, 33), (1, 1, 17, 0)] {
+            let kv = pos0 + s;
+            for salt in 0..6 {
+                let mut p: Vec<f32> = (0..b * h * s * kv)
+                    .map(|i| ((i * 29 + salt * 13) % 31) as f32 / 4.0 - 3.0)
+                    .collect();
+                match salt {
+                    1 => p[2 * kv + 1] = f32::NAN,
+                    2 => p.iter_mut().step_by(7).for_each(|x| *x = -0.0),
+                    3 => p.iter_mut().step_by(5).for_each(|x| *x = 0.0),
+                    4 => p[kv - 1] = f32::NAN,
+                    5 => p[(s - 1) * kv + pos0 + s - 1] = f32::NAN,
+                    _ => {}
+                }
+                let keep: Vec<f32> = (0..b * kv)
+                    .map(|i| f32::from(u8::from((i + salt) % 3 != 0)))
+                    .collect();
+                let mut want = p.clone();
+                for (r, row) in want.chunks_exact_mut(kv).enumerate() {
+                    let (last, bi) = (pos0 + r % s, r / (s * h));
+                    let (seen, after) = row.split_at_mut(last + 1);
+                    softmax_in_order(seen, &keep[bi * kv..(bi + 1) * kv]);
+                    after.fill(0.0);
+                }
+                softmax_rows(&mut p, kv, s, h, pos0, &keep);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&p),
+                    bits(&want),
+                    "[{b}, {h}, {s}] at {pos0}, case {salt}"
+                );
             }
-            if salt == 2 {
-                p.iter_mut().step_by(7).for_each(|x| *x = -0.0);
-            }
-            let keep: Vec<f32> = (0..b * kv)
-                .map(|i| f32::from(u8::from((i + salt) % 3 != 0)))
-                .collect();
-            let mut want = p.clone();
-            for (r, row) in want.chunks_exact_mut(kv).enumerate() {
-                let (last, bi) = (pos0 + r % s, r / (s * h));
-                let (seen, after) = row.split_at_mut(last + 1);
-                softmax_in_order(seen, &keep[bi * kv..(bi + 1) * kv]);
-                after.fill(0.0);
-            }
-            softmax_rows(&mut p, kv, s, h, pos0, &keep);
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&p), bits(&want), "case {salt}");
         }
     }
 
