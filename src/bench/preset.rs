@@ -171,7 +171,7 @@ fn measured_every(model: &Model, task: &Task, reps: usize, k: usize) -> Result<(
     }
     let m = n as f64;
     println!(
-        "rl step, probe and kl_ref every {k}th step (probe_every = kl_ref_every = {k}), 1 thread, the mean of {n} steps after {k} warm-up: {:.3}s (pi_old {:.3}s, probe {:.3}s); a 50-step cell {:.1} cells per core-hour",
+        "rl step, probe and kl_ref on every {k}-th step only (probe_every = kl_ref_every = {k}), 1 thread, the mean of {n} steps after {k} warm-up: {:.3}s (pi_old {:.3}s, probe {:.3}s); a 50-step cell {:.1} cells per core-hour",
         total / m,
         old / m,
         probe / m,
