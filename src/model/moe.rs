@@ -152,6 +152,8 @@ pub fn silu_mul(a1: Tensor<2>, a3: Tensor<2>) -> Tensor<2> {
 /// The router half of a MoE layer: its logits, what the gates are gathered from, the router
 /// distribution (on the device and on the host), the native and the used ids.
 struct Routed {
+    /// Tokens and k: the trace's shape.
+    shape: (usize, usize),
     logits: Tensor<2>,
     gate_src: Tensor<2>,
     probs: Tensor<2>,
@@ -165,7 +167,8 @@ struct Routed {
 
 impl Routed {
     /// The layer's trace (the distribution kept when `want_probs`).
-    fn trace(&mut self, (n_tokens, k): (usize, usize), want_probs: bool) -> RoutingTrace {
+    fn trace(&mut self, want_probs: bool) -> RoutingTrace {
+        let (n_tokens, k) = self.shape;
         RoutingTrace {
             n_tokens,
             k,
@@ -200,6 +203,7 @@ fn route(w: &MoeWeights, cfg: &ModelConfig, x: &Tensor<2>, routing: &LayerRoutin
         filter.map(|r| (r, probs_host.as_slice())),
     );
     Routed {
+        shape: (t, k),
         logits,
         gate_src,
         probs,
@@ -221,8 +225,7 @@ pub fn moe_routes(
     routing: LayerRouting<'_>,
     want_probs: bool,
 ) -> RoutingTrace {
-    let t = x.dims()[0];
-    route(w, cfg, &x, &routing).trace((t, cfg.top_k), want_probs)
+    route(w, cfg, &x, &routing).trace(want_probs)
 }
 
 /// MoE forward on `x` `[tokens, d_model]`. Only `active` tokens (not padding) are dispatched
@@ -253,7 +256,7 @@ pub fn moe_forward(
         load_terms(r.logits.clone(), &r.probs, &r.native, active, cfg.top_k);
     MoeOutput {
         out,
-        trace: r.trace((t, cfg.top_k), want_probs),
+        trace: r.trace(want_probs),
         aux_loss,
         load,
         z_loss,

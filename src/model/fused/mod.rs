@@ -299,21 +299,19 @@ fn backward_host(s: &Saved, dy: &[f32], want: &[bool]) -> Vec<Option<Vec<f32>>> 
         }
         let (da1, da3) = (&c1[..], &c3[..]);
         let base = 2 + 3 * e;
-        let dws = [(xe, da1, d, f), (xe, da3, d, f), (he, doe, f, d)]
-            .into_iter()
-            .enumerate()
-            .map(|(i, (lhs, rhs, rows, cols))| {
-                want[base + i].then(|| {
-                    // SAFETY: the product without accumulation writes all of it.
-                    let mut dw = unsafe { scratch(rows * cols) };
-                    mm(rows, cols, m, lhs, true, rhs, false, &mut dw, false);
-                    dw
-                })
-            });
-        let [a, b, c] = <[_; 3]>::try_from(dws.collect::<Vec<_>>()).expect("three");
+        let products = [(xe, da1, d, f), (xe, da3, d, f), (he, doe, f, d)];
+        let dws = std::array::from_fn(|i| {
+            let (lhs, rhs, rows, cols) = products[i];
+            want[base + i].then(|| {
+                // SAFETY: the product without accumulation writes all of it.
+                let mut dw = unsafe { scratch(rows * cols) };
+                mm(rows, cols, m, lhs, true, rhs, false, &mut dw, false);
+                dw
+            })
+        });
         mm(m, d, f, da1, false, &w1, true, dx, false);
         mm(m, d, f, da3, false, &w3, true, dx, true);
-        [a, b, c]
+        dws
     };
     let mut blocks = expert_rows(&mut dxg, &g.start, d);
     let dws = par_map_mut(&mut blocks, |e, dx| expert(e, dx));
