@@ -152,26 +152,33 @@ fn host_update(w: &mut [f32], g: &[f32], m: &mut Vec<f32>, v: &mut Vec<f32>, k: 
         m.resize(w.len(), 0.0);
         v.resize(w.len(), 0.0);
     }
-    for i in 0..w.len() {
-        let gi = g[i] * k.scale;
-        let mi = if first {
-            gi * k.c1
-        } else {
-            m[i] * k.b1 + gi * k.c1
-        };
-        let vi = if first {
-            (gi * gi) * k.c2
-        } else {
-            v[i] * k.b2 + (gi * gi) * k.c2
-        };
-        let update = (mi / k.bc1) / ((vi / k.bc2).sqrt() + k.eps);
-        let mut wi = w[i];
-        if let Some(d) = k.decay {
-            wi = wi - wi * d;
+    adamw_slices(w, g, m, v, k, first);
+}
+
+crate::util::fastmath::wide! {
+    /// [`host_update`]'s loop: element-wise, so the vector width changes no bit (division and
+    /// square root are correctly rounded at any width; nothing is contracted into an FMA).
+    fn adamw_slices(w: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], k: Coef, first: bool) {
+        let n = w.len();
+        let (g, m, v) = (&g[..n], &mut m[..n], &mut v[..n]);
+        let decay = k.decay.unwrap_or(0.0);
+        let decays = k.decay.is_some();
+        for i in 0..n {
+            let gi = g[i] * k.scale;
+            let (mi, vi) = if first {
+                (gi * k.c1, (gi * gi) * k.c2)
+            } else {
+                (m[i] * k.b1 + gi * k.c1, v[i] * k.b2 + (gi * gi) * k.c2)
+            };
+            let update = (mi / k.bc1) / ((vi / k.bc2).sqrt() + k.eps);
+            let mut wi = w[i];
+            if decays {
+                wi = wi - wi * decay;
+            }
+            w[i] = wi - update * k.lr;
+            m[i] = mi;
+            v[i] = vi;
         }
-        w[i] = wi - update * k.lr;
-        m[i] = mi;
-        v[i] = vi;
     }
 }
 

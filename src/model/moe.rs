@@ -348,9 +348,10 @@ fn dispatch(
     }
     let perm_tok: Vec<usize> = by_expert.iter().flatten().map(|&(tok, _)| tok).collect();
     let n_routed = perm_tok.len();
-    let out = Tensor::zeros([t, cfg.d_model], &device);
+    // The zeros the products are added into; the fused path writes its own output.
+    let zeros = || Tensor::<2>::zeros([t, cfg.d_model], &device);
     if n_routed == 0 {
-        return out;
+        return zeros();
     }
     let used_idx: Vec<usize> = used.iter().map(|&e| e as usize).collect();
     let mut gates = probs.clone().gather(1, ints(&used_idx, [t, k], &device)); // [T, k]
@@ -376,6 +377,7 @@ fn dispatch(
         }
     }
     let gates = gates.reshape([t * k, 1]);
+    let out = zeros();
     if !crate::util::tensors::is_host(&device) {
         return grouped_once(w, x, gates, &by_expert, &perm_tok, out, &device);
     }

@@ -5,15 +5,32 @@
 pub const NO_ROUTE: u16 = u16::MAX;
 
 /// Native top-k of each row of `probs` (`[tokens, n_experts]`): descending probability, ties to
-/// the lower expert id, so the choice is deterministic.
+/// the lower expert id, so the choice is deterministic. One pass per row keeps the best `k` in
+/// order (an insertion into a short sorted list); the order (`f32::total_cmp`, then the id) is
+/// total, so the result is the first `k` of the fully sorted row.
 pub fn native_topk(probs: &[f32], n_experts: usize, k: usize) -> Vec<u16> {
+    assert!(k <= n_experts, "top-{k} of {n_experts} experts");
     let mut out = Vec::with_capacity(probs.len() / n_experts * k);
-    let mut order: Vec<usize> = Vec::with_capacity(n_experts);
+    if k == 0 {
+        return out;
+    }
+    let mut best: Vec<(f32, usize)> = Vec::with_capacity(k);
     for row in probs.chunks_exact(n_experts) {
-        order.clear();
-        order.extend(0..n_experts);
-        order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
-        out.extend(order[..k].iter().map(|&e| e as u16));
+        best.clear();
+        for (e, &p) in row.iter().enumerate() {
+            // Ids arrive in increasing order, so a later expert goes after every kept one
+            // that it does not strictly beat.
+            let beats = |&(q, _): &(f32, usize)| p.total_cmp(&q).is_gt();
+            if best.len() == k && !beats(&best[k - 1]) {
+                continue;
+            }
+            let at = best.iter().position(beats).unwrap_or(best.len());
+            if best.len() == k {
+                best.pop();
+            }
+            best.insert(at, (p, e));
+        }
+        out.extend(best.iter().map(|&(_, e)| e as u16));
     }
     out
 }
@@ -109,5 +126,58 @@ mod replay_filter_tests {
             used_ids(&native, Some(&forced), (3, 2, 4), Some((1.0, &scores)));
         assert_eq!(strict, vec![2, 0, 3, 1, 0, 1]);
         assert_eq!(replaced, 1);
+    }
+}
+
+#[cfg(test)]
+mod topk_tests {
+    use super::native_topk;
+
+    /// The sort it replaces: every row ordered by `total_cmp` descending, ties to the lower id.
+    fn by_sorting(probs: &[f32], e_n: usize, k: usize) -> Vec<u16> {
+        probs
+            .chunks_exact(e_n)
+            .flat_map(|row| {
+                let mut order: Vec<usize> = (0..e_n).collect();
+                order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+                order[..k].iter().map(|&e| e as u16).collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// Rows drawn from a handful of values (so ties are common), with ±0, ±inf and NaN of both
+    /// signs among them, for the presets' (experts, k) and the edges k = 0, 1, all.
+    #[test]
+    fn the_one_pass_top_k_is_the_first_k_of_the_sorted_row() {
+        let pool = [
+            0.25f32,
+            0.5,
+            0.125,
+            0.0,
+            -0.0,
+            1.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            0.25,
+            3e-39,
+        ];
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for (e_n, ks) in [(4, vec![0, 1, 2, 4]), (8, vec![2, 8]), (32, vec![4]), (64, vec![8])] {
+            let probs: Vec<f32> = (0..e_n * 300)
+                .map(|_| pool[(next() % pool.len() as u64) as usize])
+                .collect();
+            for k in ks {
+                let (got, want) = (native_topk(&probs, e_n, k), by_sorting(&probs, e_n, k));
+                assert_eq!(got, want, "{e_n} experts, top-{k}");
+            }
+        }
     }
 }

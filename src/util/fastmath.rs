@@ -44,9 +44,9 @@ pub fn sigmoid(x: f32) -> f32 {
 /// multiply and an add into one FMA, so only the vector width differs: both give the same bits
 /// (tested), and no number depends on the machine's vector unit.
 macro_rules! wide {
-    ($(#[$m:meta])* pub fn $name:ident($($arg:ident: $ty:ty),*) $body:block) => {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $body:block) => {
         $(#[$m])*
-        pub fn $name($($arg: $ty),*) {
+        $vis fn $name($($arg: $ty),*) {
             #[inline(always)]
             fn body($($arg: $ty),*) $body
             #[cfg(target_arch = "x86_64")]
@@ -64,6 +64,8 @@ macro_rules! wide {
         }
     };
 }
+
+pub(crate) use wide;
 
 wide! {
     /// The attention node's score rows `p` (`[b·h·s, kv]`, row `r` the query `i = r mod s` of
