@@ -170,7 +170,12 @@ mod topk_tests {
             state ^= state << 17;
             state
         };
-        for (e_n, ks) in [(4, vec![0, 1, 2, 4]), (8, vec![2, 8]), (32, vec![4]), (64, vec![8])] {
+        for (e_n, ks) in [
+            (4, vec![0, 1, 2, 4]),
+            (8, vec![2, 8]),
+            (32, vec![4]),
+            (64, vec![8]),
+        ] {
             let probs: Vec<f32> = (0..e_n * 300)
                 .map(|_| pool[(next() % pool.len() as u64) as usize])
                 .collect();
