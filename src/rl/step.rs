@@ -350,8 +350,8 @@ impl Trainer {
         );
         // Kept only for the bias-only probe: a second handle on the weights would make the
         // optimizer copy them.
-        let probes = self.probe && self.cfg.probes_at(self.step);
-        let before = (probes && self.model.cfg.has_router_bias()).then(|| self.model.clone());
+        let before =
+            (self.probes_now() && self.model.cfg.has_router_bias()).then(|| self.model.clone());
         let t_opt = Instant::now();
         let (grad_norm, applied, skip_reason) = match acc.grads {
             // No token carries weight: stepping on the auxiliary losses and AdamW's momentum
@@ -455,10 +455,16 @@ impl Trainer {
         )
     }
 
+    /// Whether this step's updates are probed: the probe is on and the step is one of
+    /// `probe_every`'s.
+    fn probes_now(&self) -> bool {
+        self.probe && self.cfg.probes_at(self.step)
+    }
+
     /// Drift probe: the updated policy on the same micro-batches, native routes, no graph, with
     /// the walk as the next update will see it. Fills `routes_after`, `probs_after`, `t_probe`.
     fn probe(&self, b: &Batch, m: usize, walk: Option<&DriftWalk>, rec: &mut UpdateRecord) {
-        if !self.probe || !self.cfg.probes_at(self.step) {
+        if !self.probes_now() {
             return;
         }
         let started = Instant::now();
