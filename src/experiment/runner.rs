@@ -27,6 +27,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 /// A callback after every completed step, with (arm, seed, step).
 pub type OnStep = Box<dyn Fn(&str, u64, usize) + Send + Sync>;
@@ -163,6 +164,7 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
     }
     let frames = Mutex::new(prior.frames);
     let statuses = Mutex::new(statuses);
+    let flush_gap = Duration::from_secs_f64(spec.flush_secs);
     work_queue(todo.len(), opts.jobs, |t| {
         let j = todo[t];
         let cell = mine[j];
@@ -177,7 +179,12 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
                 drift_sigma: None,
             }
         } else {
-            run_cell(cell, opts, &frames, &overall)?
+            let sink = FrameSink {
+                frames: &frames,
+                dir: &opts.out,
+                gap: flush_gap,
+            };
+            run_cell(cell, opts, &sink, &overall)?
         };
         let mut all = statuses.lock().expect("status lock");
         all[j] = Some(st);
@@ -292,16 +299,24 @@ fn signals(out: &StepOutput, m: &StepMeasures) -> StepSignals {
     s
 }
 
+/// Where a cell's rows go: the run's frames, their folder, and the least time between two
+/// flushes in the middle of a cell.
+struct FrameSink<'a> {
+    frames: &'a Mutex<Frames>,
+    dir: &'a std::path::Path,
+    gap: Duration,
+}
+
 /// Append one step's rows (step, updates, layers, events) to the frames, flushing every
-/// `flush_every` steps of the cell.
+/// `flush_every` steps of the cell unless the frames were written less than `sink.gap` ago
+/// (each flush rewrites the whole run's rows; the cell's end always flushes).
 fn record_step(
     cell: &CellConfig,
     id: &CellId,
     out: &StepOutput,
     eval: Option<f64>,
     detector: &mut CollapseDetector,
-    frames: &Mutex<Frames>,
-    opts: &RunOptions,
+    sink: &FrameSink,
 ) -> Result<f64> {
     let shape = Shape {
         k: cell.model.top_k,
@@ -311,7 +326,7 @@ fn record_step(
     let measures = StepMeasures::of(out, shape);
     let sig = signals(out, &measures);
     let events = detector.observe(&sig);
-    let mut f = frames.lock().expect("frames lock");
+    let mut f = sink.frames.lock().expect("frames lock");
     f.steps.push(step_row(
         id,
         out,
@@ -335,8 +350,8 @@ fn record_step(
     for e in &events {
         f.events.push(event_row(id, e))?;
     }
-    if (out.step + 1).is_multiple_of(cell.flush_every) {
-        f.flush(&opts.out)?;
+    if (out.step + 1).is_multiple_of(cell.flush_every) && f.flush_due(sink.gap) {
+        f.flush(sink.dir)?;
     }
     Ok(sig.reward_mean)
 }
@@ -344,7 +359,7 @@ fn record_step(
 fn run_cell(
     cell: &CellConfig,
     opts: &RunOptions,
-    frames: &Mutex<Frames>,
+    sink: &FrameSink,
     overall: &Stage,
 ) -> Result<CellStatus> {
     let (task, cs) = cold_start(cell, opts)?;
@@ -371,7 +386,7 @@ fn run_cell(
         let last = step + 1 == cell.steps;
         let eval = (step == 0 || (step + 1) % cell.eval_every == 0 || last)
             .then(|| greedy_eval(&trainer.model, &trainer.task));
-        let reward = record_step(cell, &id, &out, eval, &mut detector, frames, opts)?;
+        let reward = record_step(cell, &id, &out, eval, &mut detector, sink)?;
         done = step + 1;
         bar.inc(1, Some(format!("reward {reward:.3}")));
         overall.inc(1, None);

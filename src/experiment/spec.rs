@@ -199,9 +199,18 @@ pub struct ExperimentSpec {
     /// Greedy eval accuracy every this many steps (and at the first and last step).
     #[serde(default = "default_eval_every")]
     pub eval_every: usize,
-    /// Frames are rewritten on disk every this many steps of a cell.
+    /// Frames are rewritten on disk every this many steps of a cell, unless the run wrote them
+    /// less than `flush_secs` ago; a cell's end and a stop always rewrite them.
     #[serde(default = "default_flush_every")]
     pub flush_every: usize,
+    /// The least time in seconds between two rewrites of the frames in the middle of cells
+    /// (every rewrite writes the whole run's rows, so short cells would otherwise spend their
+    /// time rewriting them). 0 = every `flush_every` steps, whatever the time.
+    #[serde(
+        default = "default_flush_secs",
+        skip_serializing_if = "is_default_flush_secs"
+    )]
+    pub flush_secs: f64,
     /// RL settings shared by every arm. The keys an arm owns (`algorithm`, `routing`) and the
     /// derived `total_steps` (= `steps`) are rejected here by [`ExperimentSpec::from_toml`].
     #[serde(default)]
@@ -248,6 +257,12 @@ fn default_eval_every() -> usize {
 }
 fn default_flush_every() -> usize {
     5
+}
+fn default_flush_secs() -> f64 {
+    30.0
+}
+fn is_default_flush_secs(x: &f64) -> bool {
+    *x == default_flush_secs()
 }
 
 /// Keys that belong to each arm, and where a spec file may not set them instead.
@@ -358,6 +373,12 @@ impl ExperimentSpec {
         }
         if self.eval_every == 0 || self.flush_every == 0 {
             bail!("keys 'eval_every' and 'flush_every' must be at least 1");
+        }
+        if !(self.flush_secs.is_finite() && self.flush_secs >= 0.0) {
+            bail!(
+                "key 'flush_secs': must be a finite number of seconds, at least 0 (got {})",
+                self.flush_secs
+            );
         }
         if self.arms.is_empty() {
             bail!("key 'arms': at least one [[arms]] entry is needed");

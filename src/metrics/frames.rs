@@ -153,6 +153,8 @@ pub struct Frames {
     pub lengths: Frame,
     pub prefixes: Frame,
     pub events: Frame,
+    /// When [`Frames::flush`] last wrote them (none yet: never).
+    written: std::cell::Cell<Option<std::time::Instant>>,
 }
 
 impl Default for Frames {
@@ -165,6 +167,7 @@ impl Default for Frames {
             lengths: Frame::new(&LENGTHS),
             prefixes: Frame::new(&PREFIXES),
             events: Frame::new(&EVENTS),
+            written: Default::default(),
         }
     }
 }
@@ -194,7 +197,13 @@ impl Frames {
         ] {
             crate::util::io::write_parquet(&mut f.to_df()?, &dir.join(f.schema.file_name()))?;
         }
+        self.written.set(Some(std::time::Instant::now()));
         Ok(())
+    }
+
+    /// Whether at least `gap` has passed since the last [`Frames::flush`] (or none was made).
+    pub fn flush_due(&self, gap: std::time::Duration) -> bool {
+        self.written.get().is_none_or(|t| t.elapsed() >= gap)
     }
 }
 
@@ -230,7 +239,24 @@ pub fn str_col(df: &DataFrame, name: &str) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::schema::EVENTS;
+    use crate::metrics::schema::{EVENTS, STEPS};
+
+    #[test]
+    fn a_flush_is_due_once_the_gap_has_passed_since_the_last() {
+        let dir = std::env::temp_dir().join(format!("driftlab-flush-due-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = Frames::default();
+        let hour = std::time::Duration::from_secs(3600);
+        assert!(f.flush_due(hour), "never written: due");
+        f.flush(&dir).unwrap();
+        assert!(!f.flush_due(hour), "written just now");
+        assert!(
+            f.flush_due(std::time::Duration::ZERO),
+            "a zero gap is always due"
+        );
+        assert!(dir.join(STEPS.file_name()).exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn rows_must_match_the_schema() {

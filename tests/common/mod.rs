@@ -88,6 +88,7 @@ pub fn tiny_experiment(
         steps,
         eval_every: 2,
         flush_every: 1,
+        flush_secs: 0.0,
         rl: driftlab::rl::RlConfig {
             batch_prompts: 4,
             group_size: 4,
@@ -200,8 +201,8 @@ pub fn without_timings(df: polars::prelude::DataFrame) -> polars::prelude::DataF
 }
 
 /// A spec file of a tiny experiment (seeds 0 and 1, a 20-step cold start, B 4 × G 4, N 2) for
-/// tests that run the binary: `steps` RL steps, eval and flush every `every`, then `arms`
-/// (`[[arms]]` tables).
+/// tests that run the binary: `steps` RL steps, eval and flush every `every` (whatever the time
+/// since the last flush), then `arms` (`[[arms]]` tables).
 pub fn tiny_spec_toml(name: &str, steps: usize, every: usize, arms: &str) -> String {
     format!(
         r#"name = "{name}"
@@ -211,6 +212,7 @@ seeds = [0, 1]
 steps = {steps}
 eval_every = {every}
 flush_every = {every}
+flush_secs = 0
 
 [task]
 kind = "sort"
