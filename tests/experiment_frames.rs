@@ -290,6 +290,60 @@ fn three_steps_two_arms_two_seeds_write_readable_frames_and_a_report() {
     let _ = std::fs::remove_dir_all(&o.out);
 }
 
+/// How often the frames are written changes what is on disk while a run goes, never what is on
+/// disk after it: two jobs writing at every step and cell (`flush_secs` 0) and at most once an
+/// hour (so only the run's last write) leave the same rows and the same `status.json`.
+#[test]
+fn how_often_frames_are_written_changes_no_row_of_a_finished_run() {
+    let run = |tag: &str, secs: f64| {
+        let mut o = opts(tag);
+        o.jobs = 2;
+        let mut s = spec(3);
+        s.flush_secs = secs;
+        run_experiment(&s, &o).unwrap();
+        o.out
+    };
+    let (every, hourly) = (run("flush-every", 0.0), run("flush-hourly", 3600.0));
+    let status = |d: &std::path::Path| {
+        let mut v = driftlab::experiment::resume::finished_statuses(d).unwrap();
+        v.sort_by(|a, b| (&a.arm, a.seed).cmp(&(&b.arm, b.seed)));
+        serde_json::to_string(&v).unwrap()
+    };
+    assert_eq!(status(&every), status(&hourly));
+    for frame in driftlab::metrics::schema::frames() {
+        let rows = |d: &std::path::Path| {
+            let df = read_parquet(&d.join(frame.file_name())).unwrap();
+            let keep: Vec<String> = df
+                .get_column_names()
+                .iter()
+                .map(|c| c.to_string())
+                .filter(|c| !c.starts_with("t_"))
+                .collect();
+            let sort_by: Vec<String> = ["arm", "seed", "step"]
+                .iter()
+                .map(|c| c.to_string())
+                .filter(|c| keep.contains(c))
+                .collect();
+            df.select(keep)
+                .unwrap()
+                .sort(
+                    sort_by,
+                    polars::prelude::SortMultipleOptions::default().with_maintain_order(true),
+                )
+                .unwrap()
+        };
+        let (a, b) = (rows(&every), rows(&hourly));
+        assert!(
+            a.height() > 0 || frame.name == "events",
+            "{} is empty",
+            frame.name
+        );
+        assert!(a.equals_missing(&b), "{} differs", frame.name);
+    }
+    let _ = std::fs::remove_dir_all(&every);
+    let _ = std::fs::remove_dir_all(&hourly);
+}
+
 #[test]
 fn a_run_stopped_after_step_k_keeps_readable_parquet() {
     let mut o = opts("stop");

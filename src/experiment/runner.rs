@@ -165,19 +165,17 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
     let frames = Mutex::new(prior.frames);
     let statuses = Mutex::new(statuses);
     let flush_gap = Duration::from_secs_f64(spec.flush_secs);
-    work_queue(todo.len(), opts.jobs, |t| {
+    // Rows first, then the status that says they are complete (what `--resume` trusts).
+    let write_both = |all: &[Option<CellStatus>]| -> Result<()> {
+        frames.lock().expect("frames lock").flush(&opts.out)?;
+        let done: Vec<&CellStatus> = all.iter().flatten().collect();
+        write_json(&opts.out.join("status.json"), &done)
+    };
+    let ran = work_queue(todo.len(), opts.jobs, |t| {
         let j = todo[t];
         let cell = mine[j];
         let st = if opts.stop.load(Ordering::SeqCst) {
-            CellStatus {
-                regime: cell.regime.clone(),
-                arm: cell.arm.clone(),
-                seed: cell.seed,
-                status: CellState::Stopped,
-                steps_done: 0,
-                coldstart_accuracy: f64::NAN,
-                drift_sigma: None,
-            }
+            not_started(cell)
         } else {
             let sink = FrameSink {
                 frames: &frames,
@@ -188,15 +186,19 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
         };
         let mut all = statuses.lock().expect("status lock");
         all[j] = Some(st);
-        // Rows first, then the status that says they are complete (what `--resume` trusts).
-        frames.lock().expect("frames lock").flush(&opts.out)?;
-        let done: Vec<&CellStatus> = all.iter().flatten().collect();
-        write_json(&opts.out.join("status.json"), &done)
-    })?;
-    // A resumed run with nothing left to do still writes its (kept) frames.
-    if todo.is_empty() {
-        frames.lock().expect("frames lock").flush(&opts.out)?;
-    }
+        // A finished cell is written at once unless the frames were written less than
+        // `flush_gap` ago; then the next write (another cell's, or the run's last) lists it.
+        if frames.lock().expect("frames lock").flush_due(flush_gap) {
+            write_both(&all)?;
+        }
+        Ok(())
+    });
+    // The run's last write, also after a stop or a failed cell: every finished cell is kept
+    // (a resumed run with nothing left to do writes its kept frames again). A failure of this
+    // write is reported after the cell's own.
+    let last = write_both(&statuses.lock().expect("status lock"));
+    ran?;
+    last?;
     let statuses: Vec<CellStatus> = statuses
         .into_inner()
         .expect("status lock")
@@ -205,6 +207,19 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
         .collect();
     overall.finish("done");
     Ok(statuses)
+}
+
+/// The status of a cell a stop came before.
+fn not_started(cell: &CellConfig) -> CellStatus {
+    CellStatus {
+        regime: cell.regime.clone(),
+        arm: cell.arm.clone(),
+        seed: cell.seed,
+        status: CellState::Stopped,
+        steps_done: 0,
+        coldstart_accuracy: f64::NAN,
+        drift_sigma: None,
+    }
 }
 
 /// `config.json`: the spec, every cell, this run's shard and what it ran or kept.

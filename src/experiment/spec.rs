@@ -200,12 +200,13 @@ pub struct ExperimentSpec {
     #[serde(default = "default_eval_every")]
     pub eval_every: usize,
     /// Frames are rewritten on disk every this many steps of a cell, unless the run wrote them
-    /// less than `flush_secs` ago; a cell's end and a stop always rewrite them.
+    /// less than `flush_secs` ago.
     #[serde(default = "default_flush_every")]
     pub flush_every: usize,
-    /// The least time in seconds between two rewrites of the frames in the middle of cells
-    /// (every rewrite writes the whole run's rows, so short cells would otherwise spend their
-    /// time rewriting them). 0 = every `flush_every` steps, whatever the time.
+    /// The least time in seconds between two writes of the frames and `status.json`, in the
+    /// middle of a cell or at its end (every write holds the whole run's rows, so short cells
+    /// would otherwise spend their time rewriting them); the run's end and a stop always write.
+    /// 0 = every `flush_every` steps and every cell's end, whatever the time.
     #[serde(
         default = "default_flush_secs",
         skip_serializing_if = "is_default_flush_secs"
