@@ -425,28 +425,19 @@ fn malformed_specs_are_clear_errors() {
     let s = ExperimentSpec::from_toml(&ok, "x.toml").unwrap();
     assert_eq!(s.claims, Some(vec!['b', 'k']));
     assert_eq!(s.regimes[1].x, Some(2.0));
-    // The least time between mid-cell flushes: seconds, at least 0, finite; left out of the
-    // spec's record at its default, so folders written before the key existed still match.
+    // The least time between two writes of the frames: seconds, at least 0, finite; left out
+    // of the spec's record at its default, so folders written before the key existed match.
     for bad in ["-1", "nan", "inf"] {
         let e = err(format!("{head}flush_secs = {bad}\n{arm}"));
         assert!(e.contains("key 'flush_secs'"), "{e}");
     }
-    let s = ExperimentSpec::from_toml(&format!("{head}flush_secs = 0\n{arm}"), "x.toml").unwrap();
-    assert_eq!(s.flush_secs, 0.0);
-    assert!(
-        serde_json::to_value(&s)
-            .unwrap()
-            .get("flush_secs")
-            .is_some()
-    );
-    let s = ExperimentSpec::from_toml(&format!("{head}{arm}"), "x.toml").unwrap();
-    assert_eq!(s.flush_secs, 30.0);
-    assert!(
-        serde_json::to_value(&s)
-            .unwrap()
-            .get("flush_secs")
-            .is_none()
-    );
+    // (given, the value read, whether the spec's record names the key)
+    for (given, want, recorded) in [("flush_secs = 0\n", 0.0, true), ("", 30.0, false)] {
+        let s = ExperimentSpec::from_toml(&format!("{head}{given}{arm}"), "x.toml").unwrap();
+        assert_eq!(s.flush_secs, want);
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v.get("flush_secs").is_some(), recorded, "{given:?}");
+    }
 }
 
 #[test]

@@ -315,7 +315,7 @@ fn signals(out: &StepOutput, m: &StepMeasures) -> StepSignals {
 }
 
 /// Where a cell's rows go: the run's frames, their folder, and the least time between two
-/// flushes in the middle of a cell.
+/// writes of them (`flush_secs`).
 struct FrameSink<'a> {
     frames: &'a Mutex<Frames>,
     dir: &'a std::path::Path,
@@ -324,7 +324,7 @@ struct FrameSink<'a> {
 
 /// Append one step's rows (step, updates, layers, events) to the frames, flushing every
 /// `flush_every` steps of the cell unless the frames were written less than `sink.gap` ago
-/// (each flush rewrites the whole run's rows; the cell's end always flushes).
+/// (each flush rewrites the whole run's rows; the run's last write always happens).
 fn record_step(
     cell: &CellConfig,
     id: &CellId,
