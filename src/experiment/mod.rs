@@ -6,6 +6,7 @@ pub mod cell_groups;
 pub mod claim;
 mod figure_keys;
 pub mod merge;
+pub mod regime;
 pub mod resume;
 pub mod runner;
 pub mod shard;
