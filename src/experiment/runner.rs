@@ -153,21 +153,15 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
     cold_starts(&todo_cells, opts)?;
 
     // Cells in parallel (`jobs` workers); each cell's numbers do not depend on the schedule.
-    let mut statuses: Vec<Option<CellStatus>> = vec![None; mine.len()];
-    for st in prior.finished {
-        if let Some(j) = mine
-            .iter()
-            .position(|c| (&c.regime, &c.arm, c.seed) == (&st.regime, &st.arm, st.seed))
-        {
-            statuses[j] = Some(st);
-        }
-    }
+    let statuses = Mutex::new(placed(&mine, prior.finished));
     let frames = Mutex::new(prior.frames);
-    let statuses = Mutex::new(statuses);
-    let flush_gap = Duration::from_secs_f64(spec.flush_secs);
-    // Rows first, then the status that says they are complete (what `--resume` trusts).
-    let write_both = |all: &[Option<CellStatus>]| -> Result<()> {
-        frames.lock().expect("frames lock").flush(&opts.out)?;
+    let sink = FrameSink {
+        frames: &frames,
+        dir: &opts.out,
+        gap: Duration::from_secs_f64(spec.flush_secs),
+    };
+    // status.json, written only after the rows of the cells it lists (what `--resume` trusts).
+    let write_status = |all: &[Option<CellStatus>]| -> Result<()> {
         let done: Vec<&CellStatus> = all.iter().flatten().collect();
         write_json(&opts.out.join("status.json"), &done)
     };
@@ -177,26 +171,28 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
         let st = if opts.stop.load(Ordering::SeqCst) {
             not_started(cell)
         } else {
-            let sink = FrameSink {
-                frames: &frames,
-                dir: &opts.out,
-                gap: flush_gap,
-            };
             run_cell(cell, opts, &sink, &overall)?
         };
         let mut all = statuses.lock().expect("status lock");
         all[j] = Some(st);
         // A finished cell is written at once unless the frames were written less than
-        // `flush_gap` ago; then the next write (another cell's, or the run's last) lists it.
-        if frames.lock().expect("frames lock").flush_due(flush_gap) {
-            write_both(&all)?;
+        // `sink.gap` ago; then the next write (another cell's, or the run's last) lists it.
+        let wrote = frames
+            .lock()
+            .expect("frames lock")
+            .flush_if_due(sink.dir, sink.gap)?;
+        if wrote {
+            write_status(&all)?;
         }
         Ok(())
     });
-    // The run's last write, also after a stop or a failed cell: every finished cell is kept
-    // (a resumed run with nothing left to do writes its kept frames again). A failure of this
-    // write is reported after the cell's own.
-    let last = write_both(&statuses.lock().expect("status lock"));
+    // The run's last write, also after a stop or a failed cell (reported first): every finished
+    // cell is kept, and a resumed run with nothing left to do writes its kept frames again.
+    let last = {
+        let all = statuses.lock().expect("status lock");
+        let flushed = frames.lock().expect("frames lock").flush(&opts.out);
+        flushed.and_then(|()| write_status(&all))
+    };
     ran?;
     last?;
     let statuses: Vec<CellStatus> = statuses
@@ -207,6 +203,20 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
         .collect();
     overall.finish("done");
     Ok(statuses)
+}
+
+/// The kept statuses `finished` at the places of their cells in `mine`; `None` elsewhere.
+fn placed(mine: &[&CellConfig], finished: Vec<CellStatus>) -> Vec<Option<CellStatus>> {
+    let mut statuses: Vec<Option<CellStatus>> = vec![None; mine.len()];
+    for st in finished {
+        if let Some(j) = mine
+            .iter()
+            .position(|c| (&c.regime, &c.arm, c.seed) == (&st.regime, &st.arm, st.seed))
+        {
+            statuses[j] = Some(st);
+        }
+    }
+    statuses
 }
 
 /// The status of a cell a stop came before.
@@ -365,8 +375,8 @@ fn record_step(
     for e in &events {
         f.events.push(event_row(id, e))?;
     }
-    if (out.step + 1).is_multiple_of(cell.flush_every) && f.flush_due(sink.gap) {
-        f.flush(sink.dir)?;
+    if (out.step + 1).is_multiple_of(cell.flush_every) {
+        f.flush_if_due(sink.dir, sink.gap)?;
     }
     Ok(sig.reward_mean)
 }

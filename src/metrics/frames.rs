@@ -205,6 +205,15 @@ impl Frames {
     pub fn flush_due(&self, gap: std::time::Duration) -> bool {
         self.written.get().is_none_or(|t| t.elapsed() >= gap)
     }
+
+    /// [`Frames::flush`] if it is due after `gap`; whether it wrote.
+    pub fn flush_if_due(&self, dir: &Path, gap: std::time::Duration) -> Result<bool> {
+        let due = self.flush_due(gap);
+        if due {
+            self.flush(dir)?;
+        }
+        Ok(due)
+    }
 }
 
 /// The column `name` of `df` as floats (nulls kept).
