@@ -152,6 +152,8 @@ pub fn generate_sharded(
 ) -> Generation {
     let b = prompts.len();
     let v = model.cfg.vocab_size;
+    // One forward per decoded position with the same weights: extend the QKV projections once.
+    let model = &model.with_extended_qkv();
     let (pw, ptok, pvalid) = left_pad(prompts);
     assert!(pw >= 1, "prompts must not be empty");
     assert!(

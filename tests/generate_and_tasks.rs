@@ -78,6 +78,75 @@ fn kv_cache_logp_and_routes_match_full_recompute() {
     }
 }
 
+/// A model with its QKV projections extended once (what generation runs) gives bitwise the
+/// logits and routes of one that extends them in each forward: over whole sequences, and over
+/// a prompt's forward and decoding steps with a KV cache.
+#[test]
+fn extending_the_projections_once_changes_no_bit() {
+    let model = tiny_model(3).inner();
+    let once = model.with_extended_qkv();
+    let task = sort_task(2);
+    let prompts: Vec<Vec<u32>> = problems(&task, 6, 4)
+        .into_iter()
+        .map(|p| p.prompt)
+        .collect();
+    let s = Sampling {
+        temperature: 1.0,
+        greedy: false,
+        max_new: 8,
+        logit_noise: 0.0,
+    };
+    let gen_with = |m: &driftlab::model::Model| {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(9);
+        generate(m, &prompts, &s, &mut rng, &mut |_| {
+            ForwardOptions::default()
+        })
+    };
+    let g = gen_with(&model);
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    let opts = ForwardOptions::default();
+    let (a, b) = (
+        model.forward(&g.batch, &opts),
+        once.forward(&g.batch, &opts),
+    );
+    assert_eq!(
+        bits(to_vec(a.logits)),
+        bits(to_vec(b.logits)),
+        "whole sequences"
+    );
+    assert_eq!(a.traces, b.traces);
+    let (pw, seq) = (g.prompt_width, g.batch.seq);
+    let (mut ca, mut cb) = (Vec::new(), Vec::new());
+    for (pos0, len) in [(0, pw), (pw, 1), (pw + 1, 1), (pw + 2, seq - pw - 2)] {
+        let part = |v: &[u32]| -> Vec<u32> {
+            v.chunks(seq)
+                .flat_map(|r| r[pos0..pos0 + len].to_vec())
+                .collect()
+        };
+        let valid: Vec<bool> = (g.batch.valid.chunks(seq))
+            .flat_map(|r| r[pos0..pos0 + len].to_vec())
+            .collect();
+        let keys: Vec<bool> = (g.batch.valid.chunks(seq))
+            .flat_map(|r| r[..pos0 + len].to_vec())
+            .collect();
+        let batch = driftlab::model::SeqBatch {
+            batch: g.batch.batch,
+            seq: len,
+            tokens: part(&g.batch.tokens),
+            valid,
+        };
+        let a = model.forward_at(&batch, pos0, &keys, &opts, Some(&mut ca));
+        let b = once.forward_at(&batch, pos0, &keys, &opts, Some(&mut cb));
+        assert_eq!(bits(to_vec(a.logits)), bits(to_vec(b.logits)), "at {pos0}");
+        assert_eq!(a.traces, b.traces, "routes at {pos0}");
+    }
+    let h = gen_with(&once);
+    assert_eq!(
+        (h.responses, bits(h.logp.concat())),
+        (g.responses, bits(g.logp.concat()))
+    );
+}
+
 #[test]
 fn greedy_generation_is_deterministic_and_stops_at_eos() {
     let model = tiny_model(8).inner();

@@ -183,10 +183,12 @@ pub fn causal_mask(
 /// Self-attention on `x` `[batch·seq, d_model]` (already normalised). With a cache, the new
 /// keys and values are appended and attention runs over all cached positions. On the CPU
 /// backend the core runs as one node ([`super::attn_core`]); elsewhere as tensor ops.
+/// `qkv_ext` is the block's extended projection when the caller computed it once
+/// ([`super::Model::with_extended_qkv`]); `None` extends it here.
 pub fn attention(
     w: &BlockWeights,
     cfg: &ModelConfig,
-    rope: &Rope,
+    (rope, qkv_ext): (&Rope, Option<&Tensor<2>>),
     x: Tensor<2>,
     (batch, seq, pos0): (usize, usize, usize),
     mask: &Mask<'_>,
@@ -196,9 +198,11 @@ pub fn attention(
     let n = batch * seq;
     // [B, S, 5D]: q, k, v, rot(q), rot(k). Reshaped before it is sliced, so each part is a
     // strided view of the projection (reshaping a column slice would copy it).
-    let qkv = x
-        .matmul(rope.extend_qkv(w.wqkv.clone()))
-        .reshape([batch, seq, 5 * d]);
+    let w_ext = match qkv_ext {
+        Some(e) => e.clone(),
+        None => rope.extend_qkv(w.wqkv.clone()),
+    };
+    let qkv = x.matmul(w_ext).reshape([batch, seq, 5 * d]);
     #[cfg(feature = "flex")]
     if cache.is_none()
         && let Some(ctx) =

@@ -90,6 +90,13 @@ pub struct Model {
     pub cfg: ModelConfig,
     pub weights: Weights,
     rope: Rope,
+    /// Each block's extended QKV projection ([`Rope::extend_qkv`]) computed once, for a model
+    /// without a graph that runs many forwards with the same weights (generation: a prompt's
+    /// forward and one per decoded position). `None`: each forward extends the projection
+    /// itself. Only [`Model::with_extended_qkv`] sets it, on a copy whose weights its holder
+    /// never changes (a generation's or a π_old pass's own copy, the frozen reference model);
+    /// [`Model::inner`] and [`Model::require_grad`] drop it.
+    qkv_ext: Option<std::sync::Arc<Vec<Tensor<2>>>>,
 }
 
 pub fn rms_norm(x: Tensor<2>, gain: &Tensor<2>) -> Tensor<2> {
@@ -146,7 +153,12 @@ fn rms_norm_host(x: Tensor<2>, gain: &Tensor<2>) -> Tensor<2> {
 impl Model {
     pub fn new(cfg: ModelConfig, weights: Weights, device: &Device) -> Self {
         let rope = Rope::new(&cfg, device);
-        Model { cfg, weights, rope }
+        Model {
+            cfg,
+            weights,
+            rope,
+            qkv_ext: None,
+        }
     }
 
     /// Fresh model from a seed.
@@ -165,6 +177,7 @@ impl Model {
             cfg: self.cfg.clone(),
             weights: self.weights.clone().require_grad(),
             rope: self.rope.clone(),
+            qkv_ext: None,
         }
     }
 
@@ -174,6 +187,21 @@ impl Model {
             cfg: self.cfg.clone(),
             weights: self.weights.clone().inner(),
             rope: self.rope.clone(),
+            qkv_ext: None,
+        }
+    }
+
+    /// This model (without a graph) with every block's extended QKV projection computed now,
+    /// for a caller that runs many forwards with these weights and then drops the copy. Each
+    /// forward would compute the same extension (a product by a signed permutation and a
+    /// concatenation) with the same operations, so every number is the same.
+    pub fn with_extended_qkv(&self) -> Self {
+        let ext = (self.weights.blocks.iter())
+            .map(|blk| self.rope.extend_qkv(blk.wqkv.clone()))
+            .collect();
+        Model {
+            qkv_ext: Some(std::sync::Arc::new(ext)),
+            ..self.inner()
         }
     }
 
@@ -260,7 +288,17 @@ impl Model {
         for (l, blk) in self.weights.blocks.iter().enumerate().take(n_blocks) {
             let layer_cache = cache.as_deref_mut().map(|c| &mut c[l]);
             let h = rms_norm(x.clone(), &blk.attn_norm);
-            x = round(x + attention(blk, cfg, &self.rope, h, (b, s, pos0), &mask, layer_cache));
+            let ext = self.qkv_ext.as_ref().map(|e| &e[l]);
+            let a = attention(
+                blk,
+                cfg,
+                (&self.rope, ext),
+                h,
+                (b, s, pos0),
+                &mask,
+                layer_cache,
+            );
+            x = round(x + a);
             let h = rms_norm(x.clone(), &blk.ffn_norm);
             let routing = || opts.routing.get(l).cloned().unwrap_or_default();
             let y = match &blk.ffn {

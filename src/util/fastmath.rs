@@ -67,6 +67,8 @@ macro_rules! wide {
 
 pub(crate) use wide;
 
+use super::transpose::rows_to_lanes;
+
 wide! {
     /// The attention node's score rows `p` (`[b·h·s, kv]`, row `r` the query `i = r mod s` of
     /// batch row `r / (s·h)`) in place: each row's softmax over keys `0..=pos0 + i`
@@ -93,30 +95,32 @@ wide! {
                 own[t] = if t < n { last(r0 + t) } else { 0 };
                 width = width.max(own[t] + 1);
             }
+            // Each row up to its own key, and its batch row's `keep` before that key; the
+            // lanes get +0 past a row's end and in the lanes of missing rows.
+            let (mut rows, mut kept) = ([&[][..]; L], [&[][..]; L]);
+            let mut at = [usize::MAX; L];
             for (t, row) in block.chunks_exact(kv).enumerate() {
                 let (o, bi) = (own[t], (r0 + t) / (s * h));
-                let kr = &keep[bi * kv..bi * kv + o];
-                for ((xj, wj), (&v, &k)) in x.iter_mut().zip(w.iter_mut()).zip(row.iter().zip(kr)) {
-                    (xj[t], wj[t]) = (v, k);
-                }
-                (x[o][t], w[o][t]) = (row[o], 1.0);
-                for (xj, wj) in x[o + 1..width].iter_mut().zip(&mut w[o + 1..width]) {
-                    (xj[t], wj[t]) = (0.0, 0.0);
-                }
+                (rows[t], kept[t], at[t]) = (&row[..=o], &keep[bi * kv..bi * kv + o], o);
                 m[t] = row[o];
             }
             for t in n..L {
-                for (xj, wj) in x[..width].iter_mut().zip(&mut w[..width]) {
-                    (xj[t], wj[t]) = (0.0, 0.0);
-                }
                 m[t] = 0.0;
+            }
+            for j0 in (0..width).step_by(L) {
+                let c = (width - j0).min(L);
+                rows_to_lanes(&rows[..n], j0, &mut x[j0..j0 + c]);
+                rows_to_lanes(&kept[..n], j0, &mut w[j0..j0 + c]);
+                for (j, wj) in (j0..).zip(&mut w[j0..j0 + c]) {
+                    *wj = std::array::from_fn(|t| if j == at[t] { 1.0 } else { wj[t] });
+                }
             }
             let (x, w) = (&mut x[..width], &w[..width]);
             for (xj, wj) in x.iter().zip(w) {
-                for t in 0..L {
-                    let v = if wj[t] > 0.0 { xj[t] } else { f32::NEG_INFINITY };
-                    m[t] = if v > m[t] { v } else { m[t] };
-                }
+                // Whole arrays per key, so that the comparisons compile to vector ones.
+                let v: [f32; L] =
+                    std::array::from_fn(|t| if wj[t] > 0.0 { xj[t] } else { f32::NEG_INFINITY });
+                m = std::array::from_fn(|t| if v[t] > m[t] { v[t] } else { m[t] });
             }
             let mut acc = [-0.0f32; L];
             for (xj, wj) in x.iter_mut().zip(w) {

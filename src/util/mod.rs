@@ -10,3 +10,4 @@ pub mod names;
 pub mod parallel;
 pub mod progress;
 pub mod tensors;
+pub mod transpose;
