@@ -53,7 +53,8 @@ pub(super) fn old_policy(
     b: &Batch,
     predictor: Option<&Predictor>,
 ) -> OldPolicy {
-    let inner = model.inner();
+    // One forward per micro-batch with the same weights: the QKV projections extended once.
+    let inner = model.with_extended_qkv();
     let temp = cfg.temperature;
     let n_layers = model.cfg.n_layers;
     let passes: Vec<OldPass> = par_map(b.micros.len(), |i| {

@@ -72,9 +72,10 @@ impl Trainer {
                 model.cfg.max_seq_len
             );
         }
-        // The frozen cold-start model: the KL term's reference, and the `kl_ref` metric.
-        let reference =
-            (cfg.algorithm.kl_beta() > 0.0 || cfg.measure_kl_ref).then(|| model.inner());
+        // The frozen cold-start model: the KL term's reference, and the `kl_ref` metric. Its
+        // weights never change, so its QKV projections are extended once for the whole cell.
+        let reference = (cfg.algorithm.kl_beta() > 0.0 || cfg.measure_kl_ref)
+            .then(|| model.with_extended_qkv());
         let opt = AdamW::new(cfg.optimizer.clone(), &model.weights);
         let drift_sigma = match cfg.drift_injection {
             Some(DriftInjection::Sigma { sigma }) => Some(sigma),

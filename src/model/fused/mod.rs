@@ -259,13 +259,14 @@ fn backward_host(s: &Saved, dy: &[f32], want: &[bool]) -> Vec<Option<Vec<f32>>> 
         if r0 == r1 {
             continue;
         }
-        let rows: Vec<f32> = (r0..r1)
-            .flat_map(|r| {
-                let tok = g.tok[r];
-                let (dyr, or) = (&dy[tok * d..(tok + 1) * d], &s.o[r * d..(r + 1) * d]);
-                dyr.iter().zip(or).map(|(&a, &b)| a * b)
-            })
-            .collect();
+        // Row by row into one buffer (a flattening iterator's `collect` pushed element by
+        // element): the same products.
+        let mut rows = Vec::with_capacity((r1 - r0) * d);
+        for r in r0..r1 {
+            let tok = g.tok[r];
+            let (dyr, or) = (&dy[tok * d..(tok + 1) * d], &s.o[r * d..(r + 1) * d]);
+            rows.extend(dyr.iter().zip(or).map(|(&a, &b)| a * b));
+        }
         let sums = burn_flex::ops::reduce::sum_dim(
             FlexTensor::from_data(TensorData::new(rows, [r1 - r0, d])),
             1,
