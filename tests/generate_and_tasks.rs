@@ -9,20 +9,30 @@ use driftlab::util::tensors::{ints, to_vec};
 use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
 
-#[test]
-fn kv_cache_logp_and_routes_match_full_recompute() {
-    let model = tiny_model(7).inner();
-    let task = sort_task(1);
-    let prompts: Vec<Vec<u32>> = problems(&task, 10, 11)
+/// `n` sort prompts (task seed, count, problem seed) and sampling at temperature 1 with up to
+/// `max_new` response tokens.
+fn sort_prompts(
+    (task_seed, n, seed): (u64, usize, u64),
+    max_new: usize,
+) -> (Vec<Vec<u32>>, Sampling) {
+    let task = sort_task(task_seed);
+    let prompts = problems(&task, n, seed)
         .into_iter()
         .map(|p| p.prompt)
         .collect();
     let s = Sampling {
         temperature: 1.0,
         greedy: false,
-        max_new: 12,
+        max_new,
         logit_noise: 0.0,
     };
+    (prompts, s)
+}
+
+#[test]
+fn kv_cache_logp_and_routes_match_full_recompute() {
+    let model = tiny_model(7).inner();
+    let (prompts, s) = sort_prompts((1, 10, 11), 12);
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
     let g = generate(&model, &prompts, &s, &mut rng, &mut |_| {
         ForwardOptions::default()
@@ -85,17 +95,7 @@ fn kv_cache_logp_and_routes_match_full_recompute() {
 fn extending_the_projections_once_changes_no_bit() {
     let model = tiny_model(3).inner();
     let once = model.with_extended_qkv();
-    let task = sort_task(2);
-    let prompts: Vec<Vec<u32>> = problems(&task, 6, 4)
-        .into_iter()
-        .map(|p| p.prompt)
-        .collect();
-    let s = Sampling {
-        temperature: 1.0,
-        greedy: false,
-        max_new: 8,
-        logit_noise: 0.0,
-    };
+    let (prompts, s) = sort_prompts((2, 6, 4), 8);
     let gen_with = |m: &driftlab::model::Model| {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(9);
         generate(m, &prompts, &s, &mut rng, &mut |_| {
