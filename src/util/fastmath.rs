@@ -98,10 +98,9 @@ wide! {
             // Each row up to its own key, and its batch row's `keep` before that key; the
             // lanes get +0 past a row's end and in the lanes of missing rows.
             let (mut rows, mut kept) = ([&[][..]; L], [&[][..]; L]);
-            let mut at = [usize::MAX; L];
             for (t, row) in block.chunks_exact(kv).enumerate() {
                 let (o, bi) = (own[t], (r0 + t) / (s * h));
-                (rows[t], kept[t], at[t]) = (&row[..=o], &keep[bi * kv..bi * kv + o], o);
+                (rows[t], kept[t]) = (&row[..=o], &keep[bi * kv..bi * kv + o]);
                 m[t] = row[o];
             }
             for t in n..L {
@@ -112,7 +111,7 @@ wide! {
                 rows_to_lanes(&rows[..n], j0, &mut x[j0..j0 + c]);
                 rows_to_lanes(&kept[..n], j0, &mut w[j0..j0 + c]);
                 for (j, wj) in (j0..).zip(&mut w[j0..j0 + c]) {
-                    *wj = std::array::from_fn(|t| if j == at[t] { 1.0 } else { wj[t] });
+                    *wj = std::array::from_fn(|t| if t < n && j == own[t] { 1.0 } else { wj[t] });
                 }
             }
             let (x, w) = (&mut x[..width], &w[..width]);
