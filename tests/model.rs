@@ -861,3 +861,70 @@ fn the_host_rms_norm_is_bitwise_the_tensor_ops() {
         assert_eq!(bits(&host), bits(&graph), "[{n}, {d}]");
     }
 }
+
+/// The extended QKV projection computed as three blocks plus moved and negated copies
+/// (`attn_core::project_extended`) is bitwise the full matrix product `x·[W_qkv | W_q·R |
+/// W_k·R]`: values without and with a graph, and both gradients, with exact zeros and negative
+/// zeros among the inputs and a row of zeros; a one-row product is left to the matrix product.
+#[test]
+fn the_projection_node_is_bitwise_the_matrix_product() {
+    use driftlab::model::attention::rot_source;
+    use driftlab::model::attn_core::{project_extended, with_tensor_attention};
+    let device = flex();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (n, d, heads) in [(40, 64, 4), (9, 128, 4), (3, 32, 2)] {
+        let mut xs: Vec<f32> = (0..n * d)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 23.0)
+            .collect();
+        xs[..d].fill(0.0);
+        xs[d] = -0.0;
+        let w: Vec<f32> = (0..d * 3 * d)
+            .map(|i| match i % 11 {
+                0 => 0.0,
+                1 => -0.0,
+                _ => ((i * 53 % 97) as f32 - 48.0) / 97.0,
+            })
+            .collect();
+        // [W | W_q·R | W_k·R] as the signed permutation builds it.
+        let mut ext = vec![0f32; d * 5 * d];
+        for r in 0..d {
+            let row = &mut ext[r * 5 * d..(r + 1) * 5 * d];
+            row[..3 * d].copy_from_slice(&w[r * 3 * d..(r + 1) * 3 * d]);
+            for out in 0..2 * d {
+                let (src, neg) = rot_source(out, d / heads);
+                let v = w[r * 3 * d + src];
+                row[3 * d + out] = if neg { -v } else { v };
+            }
+        }
+        let dy: Vec<f32> = (0..n * 5 * d).map(|i| (i % 9) as f32 - 4.0).collect();
+        let run = |node: bool| {
+            let x = floats(xs.clone(), [n, d], &device);
+            let we = floats(ext.clone(), [d, 5 * d], &device);
+            let product = |x: &Tensor<2>, we: &Tensor<2>| match node {
+                true => project_extended(x, we, heads).expect("the node applies"),
+                false => with_tensor_attention(|| x.clone().matmul(we.clone())),
+            };
+            let plain = to_vec(product(&x, &we));
+            let (xa, wa) = (x.autodiff().require_grad(), we.autodiff().require_grad());
+            let y = product(&xa, &wa);
+            let value = to_vec(y.clone().inner());
+            let g = (y * floats(dy.clone(), [n, 5 * d], &device).autodiff())
+                .sum()
+                .backward();
+            let grad = |t: &Tensor<2>| to_vec(t.grad(&g).expect("a gradient"));
+            (plain, value, grad(&xa), grad(&wa))
+        };
+        let (a, b) = (run(true), run(false));
+        let what = format!("n {n}, d {d}");
+        assert_eq!(bits(&a.0), bits(&b.0), "{what}: values without a graph");
+        assert_eq!(bits(&a.1), bits(&b.1), "{what}: values with a graph");
+        assert_eq!(bits(&a.2), bits(&b.2), "{what}: the input's gradient");
+        assert_eq!(bits(&a.3), bits(&b.3), "{what}: the weight's gradient");
+    }
+    let one = floats(vec![0.5; 64], [1, 64], &device);
+    let we = floats(vec![0.25; 64 * 320], [64, 320], &device);
+    assert!(
+        project_extended(&one, &we, 4).is_none(),
+        "one row is left to the matrix product"
+    );
+}

@@ -12,7 +12,20 @@ use burn::tensor::{Device, Tensor};
 /// projection runs with `[W_qkv | W_q·R | W_k·R]`, `R` the block-diagonal signed permutation
 /// of `rot` (exact: it only moves and negates weights). That keeps RoPE to two elementwise ops
 /// per tensor in the projection's own `[tokens, d_model]` layout, instead of slicing and
-/// concatenating head halves.
+/// concatenating head halves. On the CPU backend the rotated blocks are not multiplied at all:
+/// [`super::attn_core::project_extended`] moves and negates the query and key blocks, bitwise
+/// the product (its module doc says why), with the product's own backward.
+/// Where column `out` of `x·R` comes from, for heads of `hd` columns: `(x·R)[c] = −x[c + half]`
+/// in the first half of a head, `x[c − half]` in the second; `(source column, negated)`.
+pub fn rot_source(out: usize, hd: usize) -> (usize, bool) {
+    let half = hd / 2;
+    if out % hd < half {
+        (out + half, true)
+    } else {
+        (out - half, false)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Rope {
     /// `[max_seq_len, d_model]`: every head's table (each half-frequency twice), side by side.
@@ -40,19 +53,11 @@ impl Rope {
                 }
             }
         }
-        // (x·R)[c] = −x[c + half] in the first half of a head, x[c − half] in the second.
         let n = 2 * d;
         let mut rot = vec![0f32; n * n];
-        for head in 0..n / hd {
-            for j in 0..hd {
-                let out = head * hd + j;
-                let (src, sign) = if j < half {
-                    (out + half, -1.0)
-                } else {
-                    (out - half, 1.0)
-                };
-                rot[src * n + out] = sign;
-            }
+        for out in 0..n {
+            let (src, neg) = rot_source(out, hd);
+            rot[src * n + out] = if neg { -1.0 } else { 1.0 };
         }
         Rope {
             cos: floats(cos, [cfg.max_seq_len, d], device),
@@ -202,7 +207,13 @@ pub fn attention(
         Some(e) => e.clone(),
         None => rope.extend_qkv(w.wqkv.clone()),
     };
-    let qkv = x.matmul(w_ext).reshape([batch, seq, 5 * d]);
+    #[cfg(feature = "flex")]
+    let projected = super::attn_core::project_extended(&x, &w_ext, h);
+    #[cfg(not(feature = "flex"))]
+    let projected = None;
+    let qkv = projected
+        .unwrap_or_else(|| x.matmul(w_ext))
+        .reshape([batch, seq, 5 * d]);
     #[cfg(feature = "flex")]
     if cache.is_none()
         && let Some(ctx) =

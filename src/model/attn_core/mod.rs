@@ -387,7 +387,9 @@ pub fn attention_core(
 }
 
 mod cache;
+mod proj;
 mod qkv;
 
 pub use cache::{HostKv, attention_cached};
+pub use proj::project_extended;
 pub use qkv::attention_qkv;
