@@ -550,8 +550,9 @@ fn the_fused_host_update_is_bitwise_the_tensor_update() {
     assert_eq!(clipped, [true, true, true, false], "clipping on, then off");
 }
 
-/// The CPU backend's attention node and the tensor path agree: a whole model's logits and the
-/// gradient of every weight, over left-padded rows (masked keys), with and without a graph;
+/// The CPU backend's attention node and the tensor path agree: a whole model's logits at the
+/// real tokens and the gradient of every weight under a loss on them, over left-padded rows
+/// (masked keys, padding queries), with and without a graph;
 /// and a KV-cached continuation (cached keys, `pos0 > 0`, then a single query) gives the same
 /// logits both ways.
 #[test]
@@ -562,8 +563,12 @@ fn attention_node_and_tensor_path_agree_forward_and_gradients() {
     let task = sort_task(3);
     let batch = batch_of(&problems(&task, 5, 8));
     assert!(batch.valid.contains(&false), "left padding masks some keys");
+    // A loss on the real tokens' logits, as every loss driftlab takes.
     let lw: Vec<f32> = (0..batch.n_tokens() * model.cfg.vocab_size)
-        .map(|i| (i % 5) as f32 - 2.0)
+        .map(|i| match batch.valid[i / model.cfg.vocab_size] {
+            true => (i % 5) as f32 - 2.0,
+            false => 0.0,
+        })
         .collect();
     let run = |tensor_path: bool| {
         let go = || {
@@ -597,7 +602,15 @@ fn attention_node_and_tensor_path_agree_forward_and_gradients() {
         "the node gives the same logits with and without a graph"
     );
     assert_eq!(lb, pb, "so does the tensor path");
-    let d = max_abs(&la, &lb);
+    // At real tokens: the node gives a padding query context 0 (nothing reads it).
+    let v = model.cfg.vocab_size;
+    let real = |l: &[f32]| -> Vec<f32> {
+        (l.chunks_exact(v).zip(&batch.valid))
+            .filter(|(_, ok)| **ok)
+            .flat_map(|(row, _)| row.to_vec())
+            .collect()
+    };
+    let d = max_abs(&real(&la), &real(&lb));
     assert!(d <= 1e-5, "logits differ between the paths by {d}");
     for (i, (a, b)) in ga.iter().zip(&gb).enumerate() {
         let scale = b.iter().fold(1.0f32, |m, x| m.max(x.abs()));
@@ -927,4 +940,58 @@ fn the_projection_node_is_bitwise_the_matrix_product() {
         project_extended(&one, &we, 4).is_none(),
         "one row is left to the matrix product"
     );
+}
+
+/// The attention node computes a row's queries from its first real token to its last only
+/// (`attn_core::query_spans`): at the real tokens the logits, and under a loss on them every
+/// weight's gradient, are bitwise those of computing every query, with and without a graph,
+/// over rows with left and right padding.
+#[test]
+fn padding_queries_left_out_change_no_bit() {
+    use driftlab::model::attn_core::{queries_left_out, with_every_query};
+    let model = tiny_model(21);
+    let mut batch = batch_of(&problems(&sort_task(4), 6, 12));
+    // Right padding too: the last three positions of every other row.
+    let (b, s, v) = (batch.batch, batch.seq, model.cfg.vocab_size);
+    for r in (0..b).step_by(2) {
+        for i in s - 3..s {
+            batch.valid[r * s + i] = false;
+            batch.tokens[r * s + i] = 0;
+        }
+    }
+    assert!(batch.valid.contains(&false));
+    let lw: Vec<f32> = (0..b * s * v)
+        .map(|i| match batch.valid[i / v] {
+            true => (i % 7) as f32 - 3.0,
+            false => 0.0,
+        })
+        .collect();
+    let run = || {
+        let plain = to_vec(model.forward(&batch, &ForwardOptions::default()).logits);
+        let train = model.require_grad();
+        let out = train.forward(&batch, &ForwardOptions::default());
+        let graph = to_vec(out.logits.clone().inner());
+        let w = floats(lw.clone(), out.logits.dims(), &out.logits.device());
+        let grads = (out.logits * w).sum().backward();
+        let g: Vec<Vec<f32>> = (train.weights.tensors().iter())
+            .map(|t| to_vec(t.grad(&grads).expect("a gradient")))
+            .collect();
+        (plain, graph, g)
+    };
+    let real = |l: &[f32]| -> Vec<u32> {
+        (l.chunks_exact(v).zip(&batch.valid))
+            .filter(|(_, ok)| **ok)
+            .flat_map(|(row, _)| row.iter().map(|x| x.to_bits()))
+            .collect()
+    };
+    let before = queries_left_out();
+    let a = run();
+    assert!(queries_left_out() > before, "padding queries were left out");
+    let e = with_every_query(run);
+    assert_eq!(real(&a.0), real(&e.0), "logits without a graph");
+    assert_eq!(real(&a.1), real(&e.1), "logits with a graph");
+    for (i, (x, y)) in a.2.iter().zip(&e.2).enumerate() {
+        // Equal as numbers: a padding position's zero may change sign.
+        assert!(x == y, "weight {i}: gradients differ");
+    }
 }

@@ -71,40 +71,37 @@ use super::transpose::rows_to_lanes;
 
 wide! {
     /// The attention node's score rows `p` (`[b·h·s, kv]`, row `r` the query `i = r mod s` of
-    /// batch row `r / (s·h)`) in place: each row's softmax over keys `0..=pos0 + i`
-    /// (`keep`, `[b, kv]`, as 0/1) and exactly 0 after. Bitwise the row-by-row loop, sixteen rows
-    /// at a time, one row per vector lane: the group's rows are copied key-major into a
-    /// `[keys, 16]` block (each row only up to its own key), so that the maximum, the
-    /// exponentials, the sum and the scaling are vertical vector operations, whatever the row
-    /// length. A row's weights `w` are `keep` before its own key, 1 at it and 0 after, so
-    /// `exp(x − m)·w` gives the kept keys' values and exact zeros elsewhere; its maximum over the
-    /// kept keys does not depend on the order it is taken in (comparisons with NaN are false
-    /// either way), and its sum runs key by key in order, as the row-by-row loop's does (the
-    /// zeros after the last key add nothing to a positive sum).
-    pub fn softmax_rows(p: &mut [f32], kv: usize, s: usize, h: usize, pos0: usize, keep: &[f32]) {
+    /// batch row `r / (s·h)`) in place, the rows `sel` only (ascending; the others are left as
+    /// they are): each row's softmax over keys `0..=pos0 + i` (`keep`, `[b, kv]`, as 0/1) and
+    /// exactly 0 after. Bitwise the row-by-row loop, sixteen selected rows at a time, one row
+    /// per vector lane: the group's rows are copied key-major into a `[keys, 16]` block (each
+    /// row only up to its own key), so that the maximum, the exponentials, the sum and the
+    /// scaling are vertical vector operations, whatever the row length. A row's weights `w`
+    /// are `keep` before its own key, 1 at it and 0 after, so `exp(x − m)·w` gives the kept
+    /// keys' values and exact zeros elsewhere; its maximum over the kept keys does not depend
+    /// on the order it is taken in (comparisons with NaN are false either way), and its sum
+    /// runs key by key in order, as the row-by-row loop's does (the zeros after the last key
+    /// add nothing to a positive sum). A lane's values never depend on the other lanes' rows.
+    pub fn softmax_rows(p: &mut [f32], dims: (usize, usize, usize, usize), keep: &[f32], sel: &[usize]) {
         const L: usize = 16;
-        let last = |r: usize| pos0 + r % s;
+        let (kv, s, h, pos0) = dims;
         let (mut x, mut w) = (vec![[0.0f32; L]; kv], vec![[0.0f32; L]; kv]);
-        for (g, block) in p.chunks_mut(L * kv).enumerate() {
-            let r0 = g * L;
-            let n = block.len() / kv;
+        for group in sel.chunks(L) {
+            let n = group.len();
             let mut own = [0usize; L];
             let mut m = [0.0f32; L];
             let mut width = 0;
-            for t in 0..L {
-                own[t] = if t < n { last(r0 + t) } else { 0 };
+            for (t, &r) in group.iter().enumerate() {
+                own[t] = pos0 + r % s;
                 width = width.max(own[t] + 1);
             }
             // Each row up to its own key, and its batch row's `keep` before that key; the
             // lanes get +0 past a row's end and in the lanes of missing rows.
             let (mut rows, mut kept) = ([&[][..]; L], [&[][..]; L]);
-            for (t, row) in block.chunks_exact(kv).enumerate() {
-                let (o, bi) = (own[t], (r0 + t) / (s * h));
-                (rows[t], kept[t]) = (&row[..=o], &keep[bi * kv..bi * kv + o]);
-                m[t] = row[o];
-            }
-            for t in n..L {
-                m[t] = 0.0;
+            for (t, &r) in group.iter().enumerate() {
+                let (o, bi) = (own[t], r / (s * h));
+                (rows[t], kept[t]) = (&p[r * kv..=r * kv + o], &keep[bi * kv..bi * kv + o]);
+                m[t] = p[r * kv + o];
             }
             for j0 in (0..width).step_by(L) {
                 let c = (width - j0).min(L);
@@ -137,10 +134,10 @@ wide! {
                     xj[t] *= inv[t];
                 }
             }
-            for (t, row) in block.chunks_exact_mut(kv).enumerate() {
-                let o = own[t];
-                for (r, xj) in row[..=o].iter_mut().zip(x.iter()) {
-                    *r = xj[t];
+            for (t, &r) in group.iter().enumerate() {
+                let (o, row) = (own[t], &mut p[r * kv..(r + 1) * kv]);
+                for (v, xj) in row[..=o].iter_mut().zip(x.iter()) {
+                    *v = xj[t];
                 }
                 row[o + 1..].fill(0.0);
             }
@@ -230,8 +227,26 @@ mod tests {
                     softmax_in_order(seen, &keep[bi * kv..(bi + 1) * kv]);
                     after.fill(0.0);
                 }
-                softmax_rows(&mut p, kv, s, h, pos0, &keep);
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                // A selection of rows: those rows as in the loop, the others untouched.
+                let sel: Vec<usize> = (0..b * h * s).filter(|r| r % 3 != 1).collect();
+                let mut part = p.clone();
+                softmax_rows(&mut part, (kv, s, h, pos0), &keep, &sel);
+                for (r, ((got, want), orig)) in part
+                    .chunks_exact(kv)
+                    .zip(want.chunks_exact(kv))
+                    .zip(p.chunks_exact(kv))
+                    .enumerate()
+                {
+                    let expect = if r % 3 != 1 { want } else { orig };
+                    assert_eq!(
+                        bits(got),
+                        bits(expect),
+                        "row {r} of a selection, case {salt}"
+                    );
+                }
+                let all: Vec<usize> = (0..b * h * s).collect();
+                softmax_rows(&mut p, (kv, s, h, pos0), &keep, &all);
                 assert_eq!(
                     bits(&p),
                     bits(&want),

@@ -37,6 +37,7 @@ use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind};
 use burn::tensor::{Tensor, TensorData};
 use burn_flex::{Flex, FlexTensor};
 use std::cell::Cell;
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -46,11 +47,18 @@ static CALLS: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     static TENSOR_PATH: Cell<bool> = const { Cell::new(false) };
+    static EVERY_QUERY: Cell<bool> = const { Cell::new(false) };
+    static LEFT_OUT: Cell<usize> = const { Cell::new(0) };
 }
 
 /// Attention cores computed here so far, in this process (a test's proof that it ran).
 pub fn core_calls() -> usize {
     CALLS.load(Ordering::Relaxed)
+}
+
+/// Padding queries the forward left out so far ([`query_spans`]) on this thread.
+pub fn queries_left_out() -> usize {
+    LEFT_OUT.with(Cell::get)
 }
 
 /// Whether the host node applies on `device`: the CPU backend, the tensor path not forced.
@@ -63,6 +71,15 @@ pub fn with_tensor_attention<T>(f: impl FnOnce() -> T) -> T {
     let before = TENSOR_PATH.with(|c| c.replace(true));
     let out = f();
     TENSOR_PATH.with(|c| c.set(before));
+    out
+}
+
+/// Run `f` with every query computed, padding ones included, on this thread (tests compare
+/// it with the node's spans, [`query_spans`]).
+pub fn with_every_query<T>(f: impl FnOnce() -> T) -> T {
+    let before = EVERY_QUERY.with(|c| c.replace(true));
+    let out = f();
+    EVERY_QUERY.with(|c| c.set(before));
     out
 }
 
@@ -125,10 +142,67 @@ fn block(data: &[f32], off: usize, d: usize, transposed: bool) -> View<'_> {
     }
 }
 
+/// Per batch row, the queries the node computes: from the first to the last whose own
+/// position (`pos0 + i`) is a real token (every layout driftlab makes has a row's real tokens
+/// contiguous; a padding query inside the range is computed as before), widened where needed
+/// so that every product over the range takes gemm's general path as the product over all `s`
+/// queries does (at least 3 rows, since the backward sums over them, and more than 256 scores);
+/// all `s` where the scores of all rows are at most 256 (a decoding step).
+///
+/// A padding query outside the range gets context 0 instead of its attention over the row's
+/// real keys, and the same bits follow everywhere else: nothing reads a padding position's
+/// value (its key and value are masked for every real query, with weight exactly 0; the MoE
+/// layer neither dispatches nor counts padding; the loss reads real positions), and in the
+/// backward its terms were exact zeros (the gradient at a padding position is ±0), which
+/// gemm's sums, each a chain of fused multiply-adds from +0, drop without a trace.
+fn query_spans(key_valid: &[bool], sh: &Shape, pos0: usize) -> Vec<Range<usize>> {
+    let Shape { b, s, kv, .. } = *sh;
+    let need = 3.max(256 / kv + 1);
+    (0..b)
+        .map(|bi| {
+            let real = |i: &usize| key_valid[bi * kv + pos0 + i];
+            if s * kv <= 256 || s < need || EVERY_QUERY.with(Cell::get) {
+                return 0..s;
+            }
+            let Some(lo) = (0..s).find(real) else {
+                return 0..0;
+            };
+            let hi = (0..s).rev().find(real).map_or(lo, |i| i + 1);
+            let (mut lo, mut hi) = (lo, hi);
+            while hi - lo < need {
+                if hi < s {
+                    hi += 1;
+                } else {
+                    lo -= 1;
+                }
+            }
+            lo..hi
+        })
+        .collect()
+}
+
+/// The attention weights a backward reads, and the queries they were computed for.
+#[derive(Debug)]
+struct Probs {
+    /// `[b, h, s, kv]`; 0 in the rows outside `spans`.
+    p: Vec<f32>,
+    /// Per batch row ([`query_spans`]).
+    spans: Vec<Range<usize>>,
+}
+
+/// Zero this head's `hd` columns of the rows of a token-major block (starting at `off`, rows
+/// `d` apart) outside `r` among `0..s`.
+fn zero_outside(x: &mut [f32], off: usize, (d, hd, s): (usize, usize, usize), r: &Range<usize>) {
+    for i in (0..r.start).chain(r.end..s) {
+        x[off + i * d..off + i * d + hd].fill(0.0);
+    }
+}
+
 /// The forward pass: the context `[b, s, d]` and, when `save` (for backward), the attention
-/// weights `[b, h, s, kv]`. Three passes: every (row, head)'s scores, then all score rows'
-/// softmax ([`softmax_rows`]: the allowed keys, `j ≤ pos0 + i` with `keep[j] = 1` or `j = pos0 + i`,
-/// get their softmax, every other entry exactly 0), then every (row, head)'s context.
+/// weights `[b, h, s, kv]`. Three passes over each batch row's span of queries
+/// ([`query_spans`]): every (row, head)'s scores, then all their softmax ([`softmax_rows`]:
+/// the allowed keys, `j ≤ pos0 + i` with `keep[j] = 1` or `j = pos0 + i`, get their softmax,
+/// every other entry exactly 0), then every (row, head)'s context; 0 outside the spans.
 fn forward_host(
     q: &[f32],
     k: &[f32],
@@ -136,12 +210,16 @@ fn forward_host(
     (sh, keys): (Shape, Keys),
     (key_valid, pos0): (&[bool], usize),
     save: bool,
-) -> (Vec<f32>, Option<Vec<f32>>) {
+) -> (Vec<f32>, Option<Probs>) {
     let Shape { b, s, kv, h, hd } = sh;
     let d = sh.d();
-    // SAFETY: each (row, head) block of `p` is written in full (gemm without accumulation),
-    // then rewritten by softmax_rows, before it is read; the blocks of all (row, head) pairs
-    // tile `ctx`, each written by a product without accumulation.
+    let spans = query_spans(key_valid, &sh, pos0);
+    let computed: usize = spans.iter().map(Range::len).sum();
+    LEFT_OUT.with(|c| c.set(c.get() + b * s - computed));
+    // SAFETY: each (row, head) block of `p` is written in full (zeros outside its span, gemm
+    // without accumulation inside, then rewritten by softmax_rows) before it is read; the
+    // blocks of all (row, head) pairs tile `ctx`, each written by a product without
+    // accumulation inside its span and zeros outside.
     let (mut p, mut ctx) = unsafe { (scratch(b * h * s * kv), scratch(b * s * d)) };
     let keep: Vec<f32> = key_valid.iter().map(|&v| f32::from(u8::from(v))).collect();
     let offsets = |bh: usize| {
@@ -149,35 +227,41 @@ fn forward_host(
         (bi * s * d + hi * hd, bi * keys.row + hi * hd)
     };
     for (bh, pb) in p.chunks_exact_mut(s * kv).enumerate() {
-        let (qo, ko) = offsets(bh);
+        let ((qo, ko), r) = (offsets(bh), &spans[bh / h]);
+        pb[..r.start * kv].fill(0.0);
+        pb[r.end * kv..].fill(0.0);
         gemm_into(
-            s,
+            r.len(),
             kv,
             hd,
-            block(q, qo, d, false),
+            block(q, qo + r.start * d, d, false),
             block(k, ko, keys.key, true),
-            pb,
+            &mut pb[r.start * kv..],
             kv,
             sh.scale(),
             false,
         );
     }
-    softmax_rows(&mut p, kv, s, h, pos0, &keep);
+    let sel: Vec<usize> = (0..b * h)
+        .flat_map(|bh| spans[bh / h].clone().map(move |i| bh * s + i))
+        .collect();
+    softmax_rows(&mut p, (kv, s, h, pos0), &keep, &sel);
     for (bh, pb) in p.chunks_exact(s * kv).enumerate() {
-        let (qo, ko) = offsets(bh);
+        let ((qo, ko), r) = (offsets(bh), &spans[bh / h]);
         gemm_into(
-            s,
+            r.len(),
             hd,
             kv,
-            View::rows(pb, kv),
+            View::rows(&pb[r.start * kv..], kv),
             block(v, ko, keys.key, false),
-            &mut ctx[qo..],
+            &mut ctx[qo + r.start * d..],
             d,
             1.0,
             false,
         );
+        zero_outside(&mut ctx, qo, (d, hd, s), r);
     }
-    (ctx, save.then_some(p))
+    (ctx, save.then_some(Probs { p, spans }))
 }
 
 /// What the backward pass reads.
@@ -188,16 +272,19 @@ struct Saved {
     q: FlexTensor,
     k: FlexTensor,
     v: FlexTensor,
-    p: Arc<Vec<f32>>,
+    p: Arc<Probs>,
 }
 
-/// `[dq, dk, dv]` from the context's gradient `dout` `[b, s, d]`.
+/// `[dq, dk, dv]` from the context's gradient `dout` `[b, s, d]`, over each batch row's span
+/// of queries (the weights' rows outside it are 0 and the context's gradient there ±0, so the
+/// sums over queries lose only exact zeros; dq is 0 outside).
 fn backward_host(sv: &Saved, dout: &[f32]) -> [Vec<f32>; 3] {
     let sh = sv.sh;
     let Shape { b, s, kv, h, hd } = sh;
     let d = sh.d();
     // SAFETY: the (row, head) blocks tile dq, dk and dv, each written by a product without
-    // accumulation; `ds` is written in full by one before each read.
+    // accumulation (dq: inside the span, zeros outside); `ds` is written by one, over the
+    // span's rows, before those rows are read.
     let (mut dq, mut dk, mut dv, mut ds) = unsafe {
         (
             scratch(b * s * d),
@@ -207,38 +294,32 @@ fn backward_host(sv: &Saved, dout: &[f32]) -> [Vec<f32>; 3] {
         )
     };
     let (q, k, v) = (host(&sv.q), host(&sv.k), host(&sv.v));
-    for (bh, pb) in sv.p.chunks_exact(s * kv).enumerate() {
+    for (bh, pb) in sv.p.p.chunks_exact(s * kv).enumerate() {
         let (bi, hi) = (bh / h, bh % h);
         let (qo, ko) = (bi * s * d + hi * hd, bi * kv * d + hi * hd);
-        let dob = block(dout, qo, d, false);
+        let r = &sv.p.spans[bi];
+        let (lo, n) = (r.start, r.len());
+        let (pb, ds) = (&pb[lo * kv..], &mut ds[..n * kv]);
+        let dob = block(dout, qo + lo * d, d, false);
         let pt = View::transposed(pb, kv);
-        gemm_into(kv, hd, s, pt, dob, &mut dv[ko..], d, 1.0, false);
-        gemm_into(
-            s,
-            kv,
-            hd,
-            dob,
-            block(&v, ko, d, true),
-            &mut ds,
-            kv,
-            1.0,
-            false,
-        );
+        gemm_into(kv, hd, n, pt, dob, &mut dv[ko..], d, 1.0, false);
+        gemm_into(n, kv, hd, dob, block(&v, ko, d, true), ds, kv, 1.0, false);
         for (dsr, pr) in ds.chunks_exact_mut(kv).zip(pb.chunks_exact(kv)) {
             let r: f32 = dsr.iter().zip(pr).map(|(a, b)| a * b).sum();
             for (x, &pp) in dsr.iter_mut().zip(pr) {
                 *x = pp * (*x - r);
             }
         }
-        let (dsv, dst) = (View::rows(&ds, kv), View::transposed(&ds, kv));
+        let (dsv, dst) = (View::rows(ds, kv), View::transposed(ds, kv));
         let c = sh.scale();
+        let at = qo + lo * d;
         gemm_into(
-            s,
+            n,
             hd,
             kv,
             dsv,
             block(&k, ko, d, false),
-            &mut dq[qo..],
+            &mut dq[at..],
             d,
             c,
             false,
@@ -246,14 +327,15 @@ fn backward_host(sv: &Saved, dout: &[f32]) -> [Vec<f32>; 3] {
         gemm_into(
             kv,
             hd,
-            s,
+            n,
             dst,
-            block(&q, qo, d, false),
+            block(&q, at, d, false),
             &mut dk[ko..],
             d,
             c,
             false,
         );
+        zero_outside(&mut dq, qo, (d, hd, s), r);
     }
     [dq, dk, dv]
 }

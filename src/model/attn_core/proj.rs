@@ -5,7 +5,7 @@
 //! own chain of fused multiply-adds over the inner dimension, in order, from +0, whatever the
 //! column (its kernels are vectorised across outputs, never across the inner dimension). The
 //! column `j` of `W_q·R` is column `src(j)` of `W_q`, negated in the first half of each head
-//! ([`super::super::attention::rot_source`]), exactly (the product by a signed permutation
+//! ([`crate::model::attention::rot_source`]), exactly (the product by a signed permutation
 //! only moves and negates). A chain over negated weights gives the negated chain, except that
 //! where the chain is exactly zero both give +0 (round-to-nearest makes an exact cancellation
 //! +0, and `-0 + +0 = +0`): so the rotated output is `q[src]` or `0 - q[src]`, which is that.
