@@ -603,13 +603,7 @@ fn attention_node_and_tensor_path_agree_forward_and_gradients() {
     );
     assert_eq!(lb, pb, "so does the tensor path");
     // At real tokens: the node gives a padding query context 0 (nothing reads it).
-    let v = model.cfg.vocab_size;
-    let real = |l: &[f32]| -> Vec<f32> {
-        (l.chunks_exact(v).zip(&batch.valid))
-            .filter(|(_, ok)| **ok)
-            .flat_map(|(row, _)| row.to_vec())
-            .collect()
-    };
+    let real = |l: &[f32]| at_real(l, model.cfg.vocab_size, &batch.valid);
     let d = max_abs(&real(&la), &real(&lb));
     assert!(d <= 1e-5, "logits differ between the paths by {d}");
     for (i, (a, b)) in ga.iter().zip(&gb).enumerate() {
@@ -979,10 +973,8 @@ fn padding_queries_left_out_change_no_bit() {
         (plain, graph, g)
     };
     let real = |l: &[f32]| -> Vec<u32> {
-        (l.chunks_exact(v).zip(&batch.valid))
-            .filter(|(_, ok)| **ok)
-            .flat_map(|(row, _)| row.iter().map(|x| x.to_bits()))
-            .collect()
+        let bits: Vec<u32> = l.iter().map(|x| x.to_bits()).collect();
+        at_real(&bits, v, &batch.valid)
     };
     let before = queries_left_out();
     let a = run();

@@ -106,21 +106,13 @@ fn parity(flex_model: Model) {
     // Same experts on both devices: near-ties could otherwise route differently.
     let (lg, gg, native_gpu) = run(&gpu_model, Some(&routes));
     let v = flex_model.cfg.vocab_size;
-    let real = |l: &[f32]| -> Vec<f32> {
-        (l.chunks_exact(v).zip(&batch.valid))
-            .filter(|(_, ok)| **ok)
-            .flat_map(|(row, _)| row.to_vec())
-            .collect()
-    };
-    let d = max_abs(&real(&lf), &real(&lg));
+    let d = max_abs(
+        &at_real(&lf, v, &batch.valid),
+        &at_real(&lg, v, &batch.valid),
+    );
     assert!(d <= 1e-4, "logits differ by {d}");
     let k = flex_model.cfg.top_k;
-    let real_slots = |r: &Vec<u16>| -> Vec<u16> {
-        (r.chunks_exact(k).zip(&batch.valid))
-            .filter(|(_, ok)| **ok)
-            .flat_map(|(ids, _)| ids.to_vec())
-            .collect()
-    };
+    let real_slots = |r: &Vec<u16>| at_real(r, k, &batch.valid);
     let (routes, native_gpu): (Vec<Vec<u16>>, Vec<Vec<u16>>) = (
         routes.iter().map(real_slots).collect(),
         native_gpu.iter().map(real_slots).collect(),

@@ -234,3 +234,13 @@ target_accuracy = 2.0
 {arms}"#
     )
 }
+
+/// The rows of `values` (`[tokens, width]`, row-major) at the real tokens of `valid`, joined:
+/// what a comparison reads where a padding position's values may differ (the CPU attention
+/// node gives a padding query context 0).
+pub fn at_real<T: Copy>(values: &[T], width: usize, valid: &[bool]) -> Vec<T> {
+    (values.chunks_exact(width).zip(valid))
+        .filter(|(_, ok)| **ok)
+        .flat_map(|(row, _)| row.to_vec())
+        .collect()
+}
