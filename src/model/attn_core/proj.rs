@@ -18,7 +18,7 @@
 
 use super::{Ad, on_host};
 use crate::model::attention::rot_source;
-use crate::model::host_mm::{host, scratch};
+use crate::model::host_mm::{View, gemm_into, host, scratch};
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
 use burn::backend::autodiff::grads::Gradients;
@@ -26,9 +26,6 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::{Tensor, TensorData};
 use burn_flex::ops::matmul::matmul;
 use burn_flex::{Flex, FlexTensor};
-
-/// burn-flex's threshold for a multithreaded product (`m·n·k`); threads change no bit.
-const PARALLEL_OPS: usize = 192 * 192 * 192;
 
 /// `x·w` for `x` `[n, d]` and the extended projection `w` `[d, 5d]`, bitwise the matrix
 /// product, computing only the first three blocks (see the module doc). `None` where this does
@@ -77,38 +74,16 @@ pub fn project_extended(x: &Tensor<2>, w: &Tensor<2>, heads: usize) -> Option<Te
 /// columns.
 fn forward(x: &[f32], w: &[f32], (n, d): (usize, usize), hd: usize) -> Vec<f32> {
     let d5 = 5 * d;
-    // SAFETY: gemm writes the first 3d columns of every row (it never reads its output without
-    // accumulation); the loop below writes the last 2d.
+    // SAFETY: the product writes the first 3d columns of every row (it never reads its output
+    // without accumulation); the loop below writes the last 2d.
     let mut y = unsafe { scratch(n * d5) };
-    let par = if n * 3 * d * d >= PARALLEL_OPS {
-        gemm::Parallelism::Rayon(0)
-    } else {
-        gemm::Parallelism::None
+    // The first three blocks of `w`: its rows, 3d columns of each.
+    let w3 = View {
+        data: w,
+        rs: d5,
+        cs: 1,
     };
-    // SAFETY: `x` holds n·d values, `w` d·5d and `y` n·5d; the strides stay inside them.
-    unsafe {
-        gemm::gemm(
-            n,
-            3 * d,
-            d,
-            y.as_mut_ptr(),
-            1,
-            d5 as isize,
-            false,
-            x.as_ptr(),
-            1,
-            d as isize,
-            w.as_ptr(),
-            1,
-            d5 as isize,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            par,
-        );
-    }
+    gemm_into(n, 3 * d, d, View::rows(x, d), w3, &mut y, d5, 1.0, false);
     // Each half-head of the rotated blocks is one half-head of q or k, moved (and negated).
     let half = hd / 2;
     let halves: Vec<(usize, usize, bool)> = (0..2 * d)
