@@ -92,6 +92,14 @@ fn wgpu(cpu: bool) -> Result<Device> {
         // happens at start-up, before training threads are spawned).
         unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
     }
+    // lavapipe (Mesa's software Vulkan, the adapter of wgpu-cpu) splits each dispatch over
+    // threads of its own, which changes last bits from run to run; with LP_NUM_THREADS=0 it runs
+    // each dispatch on the submitting thread, and the check repeats bit for bit (and ran faster
+    // on 2 cores: 27 s against 29–33 s). Only lavapipe reads it; a value the user set stays.
+    if std::env::var_os("LP_NUM_THREADS").is_none() {
+        // SAFETY: as above.
+        unsafe { std::env::set_var("LP_NUM_THREADS", "0") };
+    }
     let kind = if cpu {
         DeviceKind::Cpu
     } else {

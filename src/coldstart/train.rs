@@ -110,8 +110,23 @@ pub fn ulp_step(x: f32, up: bool) -> f32 {
     f32::from_bits(if up { b + 1 } else { b - 1 })
 }
 
-/// Train from scratch (no cache).
+/// Train from scratch (no cache); on a GPU device from this thread only (see
+/// [`crate::util::parallel::serial_if`]).
 pub fn train(
+    model_cfg: &ModelConfig,
+    task: &Task,
+    cs: &ColdStartConfig,
+    seed: u64,
+    device: &Device,
+    progress: &Progress,
+) -> Result<ColdStart> {
+    let gpu = !crate::util::tensors::is_host(device);
+    crate::util::parallel::serial_if(gpu, || {
+        train_here(model_cfg, task, cs, seed, device, progress)
+    })
+}
+
+fn train_here(
     model_cfg: &ModelConfig,
     task: &Task,
     cs: &ColdStartConfig,

@@ -381,7 +381,19 @@ fn record_step(
     Ok(sig.reward_mean)
 }
 
+/// One cell; on a GPU device its evaluations and steps run from this thread only (see
+/// [`crate::util::parallel::serial_if`]).
 fn run_cell(
+    cell: &CellConfig,
+    opts: &RunOptions,
+    sink: &FrameSink,
+    overall: &Stage,
+) -> Result<CellStatus> {
+    let gpu = !crate::util::tensors::is_host(&opts.device);
+    crate::util::parallel::serial_if(gpu, || run_cell_here(cell, opts, sink, overall))
+}
+
+fn run_cell_here(
     cell: &CellConfig,
     opts: &RunOptions,
     sink: &FrameSink,

@@ -115,8 +115,14 @@ impl Trainer {
     }
 
     /// One RL step. Never panics on a non-finite loss or gradient: the update is skipped and
-    /// the record says why.
+    /// the record says why. On a GPU device its pieces run from this thread only
+    /// ([`crate::util::parallel::serial_if`]), so its numbers never depend on the schedule.
     pub fn step(&mut self) -> StepOutput {
+        let gpu = !crate::util::tensors::is_host(&self.model.device());
+        crate::util::parallel::serial_if(gpu, || self.step_here())
+    }
+
+    fn step_here(&mut self) -> StepOutput {
         let cfg = self.cfg.clone();
         let started = Instant::now();
         let moved = Transfers::now();
