@@ -2,9 +2,9 @@
 //! the routes the generating model used, laid out like the trainer's full-sequence batch.
 
 use crate::model::RoutingTrace;
-use crate::model::{ForwardOptions, LayerCache, Model, NO_ROUTE, SeqBatch};
+use crate::model::{ForwardOptions, LayerCache, LayerRouting, Model, NO_ROUTE, SeqBatch};
 use crate::task::{EOS, PAD};
-use crate::util::tensors::to_vec;
+use crate::util::tensors::{ints, to_vec};
 use rand::RngExt;
 use rand::rngs::Xoshiro256PlusPlus;
 
@@ -193,6 +193,9 @@ pub fn generate_sharded(
         for r in 0..b {
             key_valid[r].push(active[r]);
         }
+        // Rows that finished leave the shards' batches where that keeps every bit.
+        #[cfg(feature = "flex")]
+        sh.drop_finished(&active, long_inner(&model.cfg));
         let pos = pw + step;
         last = sh.decode(
             model,
@@ -267,20 +270,133 @@ impl RouteLog {
     }
 }
 
+thread_local! {
+    static EVERY_ROW: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static LEFT_OUT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// For tests: `f` with every row of a generation decoded until the batch ends (finished rows
+/// are not left out) on this thread.
+#[doc(hidden)]
+pub fn with_every_row<T>(f: impl FnOnce() -> T) -> T {
+    let before = EVERY_ROW.replace(true);
+    let out = f();
+    EVERY_ROW.set(before);
+    out
+}
+
+/// For tests: how many rows generations on this thread have left out so far (each time a
+/// shard drops rows, the number dropped).
+#[doc(hidden)]
+pub fn rows_left_out() -> usize {
+    LEFT_OUT.get()
+}
+
 /// Contiguous row shards of a generation, each with its own KV cache.
 struct Shards {
     bounds: Vec<std::ops::Range<usize>>,
     caches: Vec<Vec<LayerCache>>,
+    /// Per shard, the rows its cache holds and each decoding step feeds, in order: all its rows
+    /// until [`Shards::drop_finished`] leaves finished ones out.
+    rows: Vec<Vec<usize>>,
+}
+
+/// Whether a product of a decoding step has an inner dimension over 512, which gemm splits into
+/// blocks by a rule that differs for products of at most 64 rows and 64 columns (see
+/// [`rows_to_keep`]).
+fn long_inner(cfg: &crate::model::ModelConfig) -> bool {
+    cfg.d_model.max(cfg.dense_d_ff()) > 512
+}
+
+/// Which of a shard's `rows` the next decoding steps feed (indices into `rows`), or `None` to
+/// keep them all: its active rows, and finished rows in order up to a floor, when that leaves out
+/// at least a quarter of them. The floor keeps every product of the step on the gemm path (and
+/// blocking) it takes with all rows, so a kept row's numbers keep their bits: with a row-major
+/// output gemm computes the transposed product, whose columns are these rows; one column is its
+/// vector path, so at least 2 rows stay; the inner dimension is one block up to 512 whatever
+/// the shape, and beyond it blocked by another rule for at most 64 columns (and 64 rows), so
+/// with `long_inner` a shard of more than 64 rows keeps more than 64.
+fn rows_to_keep(rows: &[usize], active: &[bool], long_inner: bool) -> Option<Vec<usize>> {
+    let n = rows.len();
+    let floor = if long_inner && n > 64 { 65 } else { n.min(2) };
+    let live = rows.iter().filter(|&&r| active[r]).count();
+    let mut fill = floor.saturating_sub(live);
+    let mut keep = Vec::with_capacity(live + fill);
+    for (i, &r) in rows.iter().enumerate() {
+        if active[r] {
+            keep.push(i);
+        } else if fill > 0 {
+            fill -= 1;
+            keep.push(i);
+        }
+    }
+    (keep.len() * 4 <= n * 3).then_some(keep)
+}
+
+/// The routing options drawn for a decoding step's `n` rows, narrowed to the rows `keep`
+/// (indices): the random draws were made for all `n` rows, as when no row is left out, so each
+/// kept row gets the offsets it would have had.
+fn select_rows(o: ForwardOptions<'static>, keep: &[usize], n: usize) -> ForwardOptions<'static> {
+    let routing = o
+        .routing
+        .into_iter()
+        .map(|l| {
+            assert!(l.forced.is_none(), "a generation takes no forced routes");
+            let logit_offset = l.logit_offset.map(|t| {
+                let device = t.device();
+                t.select(0, ints(keep, [keep.len()], &device))
+            });
+            let choice_offset = l.choice_offset.map(|c| {
+                let w = c.len() / n.max(1);
+                keep.iter()
+                    .flat_map(|&i| c[i * w..(i + 1) * w].iter().copied())
+                    .collect()
+            });
+            LayerRouting {
+                forced: None,
+                logit_offset,
+                choice_offset,
+                ..l
+            }
+        })
+        .collect();
+    ForwardOptions { routing, ..o }
 }
 
 impl Shards {
     fn new(b: usize, shards: usize) -> Self {
         let n_sh = shards.clamp(1, b.max(1));
+        let bounds: Vec<_> = (0..n_sh)
+            .map(|i| i * b / n_sh..(i + 1) * b / n_sh)
+            .collect();
         Shards {
-            bounds: (0..n_sh)
-                .map(|i| i * b / n_sh..(i + 1) * b / n_sh)
-                .collect(),
+            rows: bounds.iter().map(|r| r.clone().collect()).collect(),
+            bounds,
             caches: (0..n_sh).map(|_| Vec::new()).collect(),
+        }
+    }
+
+    /// Leave finished rows out of a shard's next decoding steps ([`rows_to_keep`]), on the CPU
+    /// backend, whose host cache drops them ([`crate::model::attn_core::HostKv::keep_rows`]); a
+    /// finished row's logits are never read again. A shard whose cache is the tensor path's
+    /// (a GPU's) keeps its rows.
+    #[cfg(feature = "flex")]
+    fn drop_finished(&mut self, active: &[bool], long_inner: bool) {
+        if EVERY_ROW.get() {
+            return;
+        }
+        for (rows, cache) in self.rows.iter_mut().zip(&mut self.caches) {
+            if cache.iter().any(|c| c.k.is_some() || c.host.is_empty()) {
+                continue;
+            }
+            let Some(keep) = rows_to_keep(rows, active, long_inner) else {
+                continue;
+            };
+            for c in cache.iter_mut() {
+                c.host.keep_rows(&keep);
+            }
+            LEFT_OUT.set(LEFT_OUT.get() + rows.len() - keep.len());
+            *rows = keep.iter().map(|&i| rows[i]).collect();
         }
     }
 
@@ -335,7 +451,8 @@ impl Shards {
         last
     }
 
-    /// One decoding step: the `next` token of every row at `pos`; returns the logits per row.
+    /// One decoding step: the `next` token of every row a shard still feeds, at `pos`; returns
+    /// the logits per row, `[b, vocab]` (zeros for rows left out, which never read them).
     #[allow(clippy::too_many_arguments)]
     fn decode(
         &mut self,
@@ -347,27 +464,86 @@ impl Shards {
         routing_for: &mut dyn FnMut(usize) -> ForwardOptions<'static>,
         log: &mut RouteLog,
     ) -> Vec<f32> {
-        let bounds = &self.bounds;
-        let opts: Vec<ForwardOptions<'static>> =
-            bounds.iter().map(|r| routing_for(r.len())).collect();
+        let v = model.cfg.vocab_size;
+        let (bounds, rows) = (&self.bounds, &self.rows);
+        let opts: Vec<ForwardOptions<'static>> = bounds
+            .iter()
+            .zip(rows)
+            .map(|(r, fed)| {
+                let o = routing_for(r.len());
+                if fed.len() == r.len() {
+                    o
+                } else {
+                    let keep: Vec<usize> = fed.iter().map(|&g| g - r.start).collect();
+                    select_rows(o, &keep, r.len())
+                }
+            })
+            .collect();
         let outs = crate::util::parallel::par_map_mut(&mut self.caches, |i, cache| {
-            let r = bounds[i].clone();
-            let kv_flat: Vec<bool> = key_valid[r.clone()].iter().flatten().copied().collect();
+            let fed = &rows[i];
+            let kv_flat: Vec<bool> = fed
+                .iter()
+                .flat_map(|&r| key_valid[r].iter().copied())
+                .collect();
             let batch = SeqBatch {
-                batch: r.len(),
+                batch: fed.len(),
                 seq: 1,
-                tokens: next[r.clone()].to_vec(),
-                valid: active[r].to_vec(),
+                tokens: fed.iter().map(|&r| next[r]).collect(),
+                valid: fed.iter().map(|&r| active[r]).collect(),
             };
             let out = model.forward_at(&batch, pos, &kv_flat, &opts[i], Some(cache));
             (to_vec(out.logits), out.traces)
         });
-        let mut last = Vec::new();
-        for (r, (l, traces)) in bounds.iter().zip(outs) {
-            let rows: Vec<usize> = r.clone().collect();
-            log.record(&traces, &rows, &vec![pos; r.len()], &active[r.clone()]);
-            last.extend(l);
+        let mut last = vec![0.0; next.len() * v];
+        for (fed, (l, traces)) in rows.iter().zip(outs) {
+            for (j, &r) in fed.iter().enumerate() {
+                last[r * v..(r + 1) * v].copy_from_slice(&l[j * v..(j + 1) * v]);
+            }
+            let fed_active: Vec<bool> = fed.iter().map(|&r| active[r]).collect();
+            log.record(&traces, fed, &vec![pos; fed.len()], &fed_active);
         }
         last
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rows_to_keep;
+
+    /// Active rows stay, finished ones fill up to the floor, and nothing changes unless a
+    /// quarter of the rows goes.
+    #[test]
+    fn rows_to_keep_keeps_the_floor_and_drops_a_quarter_at_least() {
+        let rows: Vec<usize> = (10..18).collect();
+        let active = |on: &[usize]| -> Vec<bool> { (0..20).map(|r| on.contains(&r)).collect() };
+        assert_eq!(
+            rows_to_keep(&rows, &active(&[11, 15]), false),
+            Some(vec![1, 5])
+        );
+        assert_eq!(rows_to_keep(&rows, &active(&[17]), false), Some(vec![0, 7]));
+        assert_eq!(rows_to_keep(&rows, &active(&[]), false), Some(vec![0, 1]));
+        assert_eq!(
+            rows_to_keep(&rows, &active(&[10, 11, 12, 13, 14, 15, 16]), false),
+            None
+        );
+        assert_eq!(
+            rows_to_keep(&rows, &active(&[10, 11, 12, 13, 14, 15]), false),
+            Some(vec![0, 1, 2, 3, 4, 5])
+        );
+        assert_eq!(
+            rows_to_keep(&[3], &active(&[]), false),
+            None,
+            "one row stays one row"
+        );
+        let many: Vec<usize> = (0..100).collect();
+        let on: Vec<bool> = (0..100).map(|r| r % 10 == 0).collect();
+        let keep = rows_to_keep(&many, &on, true).unwrap();
+        assert_eq!(
+            keep.len(),
+            65,
+            "more than 64 stay when an inner dimension is long"
+        );
+        assert!(keep.iter().all(|&i| on[i] || i < 70));
+        assert_eq!(rows_to_keep(&many, &on, false).unwrap().len(), 10);
     }
 }

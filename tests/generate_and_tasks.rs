@@ -322,3 +322,69 @@ fn eval_set_is_stable_by_seed_and_held_out() {
         );
     }
 }
+
+/// Finished rows left out of the decoding steps (the CPU backend's generation) change no bit of
+/// any row: tokens, log-probs and routes equal decoding every row to the end, in one shard and
+/// in three, with rollout router noise (per-token logit offsets) and route-flip noise (choice
+/// offsets) drawn for every row as before, and on the dense model.
+#[test]
+fn leaving_finished_rows_out_changes_no_bit() {
+    use driftlab::generate::{generate_sharded, rows_left_out, with_every_row};
+    use driftlab::model::LayerRouting;
+    use driftlab::util::tensors::floats;
+    use rand_distr::{Distribution, Normal};
+    let moe = tiny_model(4).inner();
+    let dense_cfg = driftlab::model::ModelConfig {
+        ffn: driftlab::model::FfnKind::Dense,
+        ..tiny_cfg()
+    };
+    let dense = driftlab::model::Model::init(dense_cfg, 4, &flex());
+    let (prompts, s) = sort_prompts((3, 90, 8), 12);
+    let device = flex();
+    for (model, noise, shards) in [(&moe, 0, 1), (&moe, 1, 3), (&moe, 2, 2), (&dense, 0, 2)] {
+        let run = || {
+            let mut rng = Xoshiro256PlusPlus::seed_from_u64(21);
+            let mut noise_rng = Xoshiro256PlusPlus::seed_from_u64(22);
+            let (layers, e) = (model.cfg.n_layers, model.cfg.n_experts);
+            let mut routing_for = |n: usize| -> ForwardOptions<'static> {
+                let mut draw = |n: usize| -> Vec<f32> {
+                    let normal = Normal::new(0.0f32, 0.5).unwrap();
+                    (0..n).map(|_| normal.sample(&mut noise_rng)).collect()
+                };
+                let routing = match noise {
+                    1 => (0..layers)
+                        .map(|_| LayerRouting {
+                            logit_offset: Some(floats(draw(n * e), [n, e], &device)),
+                            ..LayerRouting::default()
+                        })
+                        .collect(),
+                    2 => (0..layers)
+                        .map(|_| LayerRouting {
+                            choice_offset: Some(draw(n * e)),
+                            ..LayerRouting::default()
+                        })
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                ForwardOptions {
+                    routing,
+                    ..ForwardOptions::default()
+                }
+            };
+            generate_sharded(model, &prompts, &s, &mut rng, &mut routing_for, shards)
+        };
+        let before = rows_left_out();
+        let dropped = run();
+        assert!(rows_left_out() > before, "rows were left out");
+        let every = with_every_row(run);
+        assert_eq!(dropped.responses, every.responses);
+        let bits = |g: &driftlab::generate::Generation| -> Vec<Vec<u32>> {
+            g.logp
+                .iter()
+                .map(|r| r.iter().map(|x| x.to_bits()).collect())
+                .collect()
+        };
+        assert_eq!(bits(&dropped), bits(&every), "log-probs, noise {noise}");
+        assert_eq!(dropped.routes, every.routes, "routes, noise {noise}");
+    }
+}

@@ -56,6 +56,29 @@ impl HostKv {
         }
         self.len += s;
     }
+
+    /// Keep only the rows `keep` (increasing indices into the cached rows) of every cached
+    /// position: a generation drops rows that finished. Each kept row's keys and values are
+    /// moved, not recomputed, so what it attends over keeps its bits.
+    pub fn keep_rows(&mut self, keep: &[usize]) {
+        let (b, d) = (self.b, self.d);
+        assert!(
+            keep.windows(2).all(|w| w[0] < w[1]) && keep.last().is_none_or(|&r| r < b),
+            "rows to keep: increasing indices below {b}"
+        );
+        let cap = self.k.capacity() / (b * d).max(1);
+        let pick = |x: &[f32]| -> Vec<f32> {
+            let mut out = Vec::with_capacity(cap * keep.len() * d);
+            for p in 0..self.len {
+                for &r in keep {
+                    out.extend_from_slice(&x[(p * b + r) * d..(p * b + r + 1) * d]);
+                }
+            }
+            out
+        };
+        (self.k, self.v) = (pick(&self.k), pick(&self.v));
+        self.b = keep.len();
+    }
 }
 
 /// [`super::attention_core`] for generation without a graph: `k` and `v` `[b, s, d]` are the new
