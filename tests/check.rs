@@ -151,7 +151,7 @@ fn wgpu_cpu_passes_against_its_own_baseline_and_refuses_flex_s() {
     let own = baseline_for("wgpu-cpu");
     assert_eq!(own, Path::new("results/baselines/check-wgpu-cpu.json"));
     // The run repeats bit for bit on wgpu-cpu (one submitting thread per step, lavapipe on the
-    // submitting thread: `parallel::serial_if`, `device::wgpu`), so no rerun.
+    // submitting thread: `parallel::serial_while`, `device::wgpu`), so no rerun.
     let msg = check(&spec, &o, &own, false, None)
         .expect("check on wgpu-cpu passes against its own baseline");
     assert!(msg.contains("check passed"));

@@ -111,7 +111,7 @@ pub fn ulp_step(x: f32, up: bool) -> f32 {
 }
 
 /// Train from scratch (no cache); on a GPU device from this thread only (see
-/// [`crate::util::parallel::serial_if`]).
+/// [`crate::util::parallel::serial_while`]).
 pub fn train(
     model_cfg: &ModelConfig,
     task: &Task,
@@ -120,20 +120,7 @@ pub fn train(
     device: &Device,
     progress: &Progress,
 ) -> Result<ColdStart> {
-    let gpu = !crate::util::tensors::is_host(device);
-    crate::util::parallel::serial_if(gpu, || {
-        train_here(model_cfg, task, cs, seed, device, progress)
-    })
-}
-
-fn train_here(
-    model_cfg: &ModelConfig,
-    task: &Task,
-    cs: &ColdStartConfig,
-    seed: u64,
-    device: &Device,
-    progress: &Progress,
-) -> Result<ColdStart> {
+    let _serial = crate::util::parallel::serial_while(!crate::util::tensors::is_host(device));
     cs.validate()?;
     let started = Instant::now();
     let mut model = Model::init(model_cfg.clone(), derive_seed(seed, "init"), device);

@@ -382,23 +382,14 @@ fn record_step(
 }
 
 /// One cell; on a GPU device its evaluations and steps run from this thread only (see
-/// [`crate::util::parallel::serial_if`]).
+/// [`crate::util::parallel::serial_while`]).
 fn run_cell(
     cell: &CellConfig,
     opts: &RunOptions,
     sink: &FrameSink,
     overall: &Stage,
 ) -> Result<CellStatus> {
-    let gpu = !crate::util::tensors::is_host(&opts.device);
-    crate::util::parallel::serial_if(gpu, || run_cell_here(cell, opts, sink, overall))
-}
-
-fn run_cell_here(
-    cell: &CellConfig,
-    opts: &RunOptions,
-    sink: &FrameSink,
-    overall: &Stage,
-) -> Result<CellStatus> {
+    let _serial = crate::util::parallel::serial_while(!crate::util::tensors::is_host(&opts.device));
     let (task, cs) = cold_start(cell, opts)?;
     let (arm, seed) = (&cell.arm, cell.seed);
     let mut trainer = Trainer::new(cell.rl.clone(), cs.model, task, seed)

@@ -7,25 +7,35 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 thread_local! {
-    /// Set by [`serial_if`]: this thread's [`par_map`]s run one after the other.
+    /// Set by [`serial_while`]: this thread's [`par_map`]s run one after the other.
     static SERIAL: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Run `f` with every [`par_map`] and [`par_map_mut`] it calls on this thread running one item
-/// after the other when `serial` holds (and as before when not). For work on a GPU device: the
-/// device runs one kernel queue, so host threads add nothing there, and kernels submitted from
-/// several threads make a run's numbers depend on the schedule (measured on wgpu-cpu: the
-/// check's metrics differed from run to run, its dense arm's rollout-vs-π_old KL up to 7e-5
-/// instead of 3e-14; with one submitting thread they repeat).
-pub fn serial_if<T>(serial: bool, f: impl FnOnce() -> T) -> T {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            SERIAL.set(self.0);
-        }
+/// While the returned guard lives, every [`par_map`] and [`par_map_mut`] on this thread runs
+/// its items one after the other when `serial` holds (and as before when not). For work on a GPU
+/// device: the device runs one kernel queue, so host threads add nothing there, and kernels
+/// submitted from several threads made a run's numbers depend on the schedule (measured on
+/// wgpu-cpu: the check's metrics differed from run to run, its dense arm's rollout-vs-π_old KL up
+/// to 7e-5 instead of 3e-14; with one submitting thread they repeat).
+#[must_use = "the scope ends when the guard is dropped"]
+pub fn serial_while(serial: bool) -> SerialGuard {
+    SerialGuard {
+        before: SERIAL.replace(serial || SERIAL.get()),
+        _this_thread: std::marker::PhantomData,
     }
-    let _restore = Restore(SERIAL.replace(serial || SERIAL.get()));
-    f()
+}
+
+/// The scope of a [`serial_while`]: dropping it (also in a panic's unwinding) restores this
+/// thread's setting; it cannot leave the thread.
+pub struct SerialGuard {
+    before: bool,
+    _this_thread: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for SerialGuard {
+    fn drop(&mut self) {
+        SERIAL.set(self.before);
+    }
 }
 
 /// Whether a [`par_map`] on this thread may use the rayon pool.
@@ -34,7 +44,7 @@ fn parallel() -> bool {
 }
 
 /// `f(0), …, f(n − 1)` in order, on the rayon pool when it has more than one thread (outside a
-/// [`serial_if`] that holds), else one after the other on this thread. Each call must be
+/// [`serial_while`] that holds), else one after the other on this thread. Each call must be
 /// independent of the others, so the results never depend on the thread count.
 pub fn par_map<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync + Send) -> Vec<T> {
     use rayon::prelude::*;
@@ -96,11 +106,11 @@ pub fn work_queue(n: usize, jobs: usize, work: impl Fn(usize) -> Result<()> + Sy
 mod tests {
     use super::*;
 
-    /// Inside `serial_if(true, …)` every item runs on the calling thread, in order, also when
-    /// nested; outside it (and after it, also after a panic inside it) a pool of two threads is
-    /// used again.
+    /// While a `serial_while(true)` guard lives every item runs on the calling thread, in order,
+    /// also under a nested `serial_while(false)`; after it (also after a panic inside it) a pool
+    /// of two threads is used again.
     #[test]
-    fn serial_if_keeps_the_items_on_the_calling_thread() {
+    fn serial_while_keeps_the_items_on_the_calling_thread() {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(2)
             .build()
@@ -108,21 +118,27 @@ mod tests {
         pool.install(|| {
             let me = std::thread::current().id();
             let on_me = |n: usize| par_map(n, |_| std::thread::current().id() == me);
-            let serial = serial_if(true, || {
-                let inner = serial_if(false, || on_me(64));
+            {
+                let _serial = serial_while(true);
+                let inner = {
+                    let _not = serial_while(false);
+                    on_me(64)
+                };
                 let mut items = vec![0usize; 64];
                 let mut_on_me = par_map_mut(&mut items, |i, x| {
                     *x = i;
                     std::thread::current().id() == me
                 });
                 assert_eq!(items, (0..64).collect::<Vec<_>>());
-                (inner, mut_on_me)
-            });
-            assert!(serial.0.iter().all(|&b| b) && serial.1.iter().all(|&b| b));
-            let caught = std::panic::catch_unwind(|| serial_if(true, || panic!("inside")));
-            assert!(caught.is_err());
-            assert!(!SERIAL.get(), "the flag is restored after a panic");
+                assert!(inner.iter().chain(&mut_on_me).all(|&b| b));
+            }
             assert!(parallel(), "a two-thread pool is used again");
+            let caught = std::panic::catch_unwind(|| {
+                let _serial = serial_while(true);
+                panic!("inside")
+            });
+            assert!(caught.is_err());
+            assert!(!SERIAL.get(), "the setting is restored after a panic");
         });
     }
 }
