@@ -122,7 +122,7 @@ pub(super) fn save(path: &Path, cs: &ColdStart) -> Result<()> {
         build: cs.build.clone(),
     };
     write_json(&path.with_extension("json"), &meta)?;
-    write_atomic(&path, &cs.model.weights.to_bytes())
+    write_atomic(path, &cs.model.weights.to_bytes())
 }
 
 #[cfg(test)]
