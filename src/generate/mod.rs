@@ -1,14 +1,13 @@
 //! Batched sampling with a KV cache on the non-autodiff device: tokens, per-token log-probs and
 //! the routes the generating model used, laid out like the trainer's full-sequence batch.
 
-use crate::model::RoutingTrace;
-use crate::model::{ForwardOptions, Model, NO_ROUTE, SeqBatch};
+use crate::model::{ForwardOptions, Model, SeqBatch};
 use crate::task::{EOS, PAD};
 use rand::RngExt;
 use rand::rngs::Xoshiro256PlusPlus;
 
 mod shards;
-use shards::{Shards, long_inner};
+use shards::{RouteLog, Shards, long_inner};
 pub use shards::{rows_left_out, with_every_row};
 
 /// How to pick each next token.
@@ -35,8 +34,9 @@ pub struct Generation {
     pub responses: Vec<Vec<u32>>,
     /// Log-prob of each response token under the sampling distribution.
     pub logp: Vec<Vec<f32>>,
-    /// Per MoE layer, the expert ids that ran, `[batch·seq, k]`; [`NO_ROUTE`] where the model
-    /// never routed that position (padding, and each row's last token, which is never fed back).
+    /// Per MoE layer, the expert ids that ran, `[batch·seq, k]`;
+    /// [`NO_ROUTE`](crate::model::NO_ROUTE) where the model never routed that position (padding,
+    /// and each row's last token, which is never fed back).
     pub routes: Vec<Vec<u16>>,
 }
 
@@ -218,57 +218,5 @@ pub fn generate_sharded(
         responses,
         logp,
         routes,
-    }
-}
-
-/// The routes a generation used, as (row, position, k ids) per layer; laid out at the end.
-struct RouteLog {
-    k: usize,
-    layers: Vec<Vec<(usize, usize, Vec<u16>)>>,
-}
-
-impl RouteLog {
-    fn new(k: usize) -> Self {
-        RouteLog {
-            k,
-            layers: Vec::new(),
-        }
-    }
-
-    /// Record the used ids of the active tokens of one forward, given each token's row and
-    /// position.
-    fn record(
-        &mut self,
-        traces: &[RoutingTrace],
-        rows: &[usize],
-        positions: &[usize],
-        active: &[bool],
-    ) {
-        let k = self.k;
-        if self.layers.len() < traces.len() {
-            self.layers.resize_with(traces.len(), Vec::new);
-        }
-        for (l, tr) in traces.iter().enumerate() {
-            for (i, ((&row, &pos), &a)) in rows.iter().zip(positions).zip(active).enumerate() {
-                if a {
-                    self.layers[l].push((row, pos, tr.used[i * k..(i + 1) * k].to_vec()));
-                }
-            }
-        }
-    }
-
-    /// Per layer `[b · seq, k]` in the batch layout, `NO_ROUTE` where nothing was routed.
-    fn into_layout(self, b: usize, seq: usize) -> Vec<Vec<u16>> {
-        let k = self.k;
-        self.layers
-            .into_iter()
-            .map(|entries| {
-                let mut r = vec![NO_ROUTE; b * seq * k];
-                for (row, pos, ids) in entries {
-                    r[(row * seq + pos) * k..(row * seq + pos + 1) * k].copy_from_slice(&ids);
-                }
-                r
-            })
-            .collect()
     }
 }

@@ -1,9 +1,63 @@
 //! The shards of a generation: contiguous rows, each shard with its own KV cache, and the rows
-//! each decoding step still feeds (finished rows leave on the CPU backend).
+//! each decoding step still feeds (finished rows leave on the CPU backend); the log of the routes
+//! the steps used.
 
-use super::RouteLog;
-use crate::model::{ForwardOptions, LayerCache, LayerRouting, Model, SeqBatch};
+use crate::model::{
+    ForwardOptions, LayerCache, LayerRouting, Model, NO_ROUTE, RoutingTrace, SeqBatch,
+};
 use crate::util::tensors::{ints, to_vec};
+
+/// The routes a generation used, as (row, position, k ids) per layer; laid out at the end.
+pub(super) struct RouteLog {
+    k: usize,
+    layers: Vec<Vec<(usize, usize, Vec<u16>)>>,
+}
+
+impl RouteLog {
+    pub(super) fn new(k: usize) -> Self {
+        RouteLog {
+            k,
+            layers: Vec::new(),
+        }
+    }
+
+    /// Record the used ids of the active tokens of one forward, given each token's row and
+    /// position.
+    fn record(
+        &mut self,
+        traces: &[RoutingTrace],
+        rows: &[usize],
+        positions: &[usize],
+        active: &[bool],
+    ) {
+        let k = self.k;
+        if self.layers.len() < traces.len() {
+            self.layers.resize_with(traces.len(), Vec::new);
+        }
+        for (l, tr) in traces.iter().enumerate() {
+            for (i, ((&row, &pos), &a)) in rows.iter().zip(positions).zip(active).enumerate() {
+                if a {
+                    self.layers[l].push((row, pos, tr.used[i * k..(i + 1) * k].to_vec()));
+                }
+            }
+        }
+    }
+
+    /// Per layer `[b · seq, k]` in the batch layout, `NO_ROUTE` where nothing was routed.
+    pub(super) fn into_layout(self, b: usize, seq: usize) -> Vec<Vec<u16>> {
+        let k = self.k;
+        self.layers
+            .into_iter()
+            .map(|entries| {
+                let mut r = vec![NO_ROUTE; b * seq * k];
+                for (row, pos, ids) in entries {
+                    r[(row * seq + pos) * k..(row * seq + pos + 1) * k].copy_from_slice(&ids);
+                }
+                r
+            })
+            .collect()
+    }
+}
 
 thread_local! {
     static EVERY_ROW: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
