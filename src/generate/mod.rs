@@ -143,8 +143,9 @@ pub fn generate(
 /// [`generate`] with the rows split into `shards` contiguous shards, each with its own KV cache
 /// and forward, run in parallel when the thread pool has more than one thread. Tokens are still
 /// sampled on this thread, row by row in order from `rng`, so the random stream is the one of
-/// an unsharded run; `routing_for` is called once per shard and forward, in shard order. The
-/// numbers do not depend on the thread count.
+/// an unsharded run; `routing_for` is called once per shard and forward, in shard order, for
+/// all the shard's rows (where finished rows no longer decode, their part is dropped). The
+/// numbers do not depend on the thread count, nor on finished rows leaving the decoding steps.
 pub fn generate_sharded(
     model: &Model,
     prompts: &[Vec<u32>],
