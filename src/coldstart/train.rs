@@ -120,7 +120,7 @@ pub fn train(
     device: &Device,
     progress: &Progress,
 ) -> Result<ColdStart> {
-    let _serial = crate::util::parallel::serial_while(!crate::util::tensors::is_host(device));
+    let _serial = crate::util::parallel::serial_off_host(device);
     cs.validate()?;
     let started = Instant::now();
     let mut model = Model::init(model_cfg.clone(), derive_seed(seed, "init"), device);

@@ -389,7 +389,7 @@ fn run_cell(
     sink: &FrameSink,
     overall: &Stage,
 ) -> Result<CellStatus> {
-    let _serial = crate::util::parallel::serial_while(!crate::util::tensors::is_host(&opts.device));
+    let _serial = crate::util::parallel::serial_off_host(&opts.device);
     let (task, cs) = cold_start(cell, opts)?;
     let (arm, seed) = (&cell.arm, cell.seed);
     let mut trainer = Trainer::new(cell.rl.clone(), cs.model, task, seed)

@@ -68,10 +68,7 @@ thread_local! {
 /// are not left out) on this thread.
 #[doc(hidden)]
 pub fn with_every_row<T>(f: impl FnOnce() -> T) -> T {
-    let before = EVERY_ROW.replace(true);
-    let out = f();
-    EVERY_ROW.set(before);
-    out
+    crate::util::with_flag(&EVERY_ROW, f)
 }
 
 /// For tests: how many rows generations on this thread have left out so far (each time a
@@ -109,6 +106,9 @@ fn rows_to_keep(rows: &[usize], active: &[bool], long_inner: bool) -> Option<Vec
     let n = rows.len();
     let floor = if long_inner && n > 64 { 65 } else { n.min(2) };
     let live = rows.iter().filter(|&&r| active[r]).count();
+    if live.max(floor) * 4 > n * 3 {
+        return None;
+    }
     let mut fill = floor.saturating_sub(live);
     let mut keep = Vec::with_capacity(live + fill);
     for (i, &r) in rows.iter().enumerate() {
@@ -119,7 +119,7 @@ fn rows_to_keep(rows: &[usize], active: &[bool], long_inner: bool) -> Option<Vec
             keep.push(i);
         }
     }
-    (keep.len() * 4 <= n * 3).then_some(keep)
+    Some(keep)
 }
 
 /// The routing options drawn for a decoding step's `n` rows, narrowed to the rows `keep`

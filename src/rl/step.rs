@@ -18,8 +18,8 @@ use crate::model::{Model, token_logp};
 use crate::optim::AdamW;
 use crate::task::Task;
 use crate::util::hash::derive_seed;
-use crate::util::parallel::{par_map, serial_while};
-use crate::util::tensors::{Transfers, ints, is_host, scalar};
+use crate::util::parallel::{par_map, serial_off_host};
+use crate::util::tensors::{Transfers, ints, scalar};
 use anyhow::{Result, bail};
 use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
@@ -116,9 +116,9 @@ impl Trainer {
 
     /// One RL step. Never panics on a non-finite loss or gradient: the update is skipped and
     /// the record says why. On a GPU device its pieces run from this thread only
-    /// ([`serial_while`]), so its numbers never depend on the schedule.
+    /// ([`crate::util::parallel::serial_while`]), so its numbers never depend on the schedule.
     pub fn step(&mut self) -> StepOutput {
-        let _serial = serial_while(!is_host(&self.model.device()));
+        let _serial = serial_off_host(&self.model.device());
         let cfg = self.cfg.clone();
         let started = Instant::now();
         let moved = Transfers::now();

@@ -11,3 +11,16 @@ pub mod parallel;
 pub mod progress;
 pub mod tensors;
 pub mod transpose;
+
+/// `f` with the thread-local `flag` set on this thread, restored after (the test hooks that
+/// switch a path off for one comparison: `with_tensor_attention`, `with_every_query`,
+/// `with_every_row`).
+pub fn with_flag<T>(
+    flag: &'static std::thread::LocalKey<std::cell::Cell<bool>>,
+    f: impl FnOnce() -> T,
+) -> T {
+    let before = flag.with(|c| c.replace(true));
+    let out = f();
+    flag.with(|c| c.set(before));
+    out
+}

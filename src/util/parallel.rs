@@ -25,6 +25,13 @@ pub fn serial_while(serial: bool) -> SerialGuard {
     }
 }
 
+/// [`serial_while`] on any device but the CPU backend: the scope a step, an evaluation and a
+/// cold start run in.
+#[must_use = "the scope ends when the guard is dropped"]
+pub fn serial_off_host(device: &burn::tensor::Device) -> SerialGuard {
+    serial_while(!super::tensors::is_host(device))
+}
+
 /// The scope of a [`serial_while`]: dropping it (also in a panic's unwinding) restores this
 /// thread's setting; it cannot leave the thread.
 pub struct SerialGuard {

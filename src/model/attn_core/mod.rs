@@ -68,19 +68,13 @@ fn on_host(device: &burn::tensor::Device) -> bool {
 
 /// Run `f` with the tensor path forced on this thread (tests compare the two paths).
 pub fn with_tensor_attention<T>(f: impl FnOnce() -> T) -> T {
-    let before = TENSOR_PATH.with(|c| c.replace(true));
-    let out = f();
-    TENSOR_PATH.with(|c| c.set(before));
-    out
+    crate::util::with_flag(&TENSOR_PATH, f)
 }
 
 /// Run `f` with every query computed, padding ones included, on this thread (tests compare
 /// it with the node's spans, [`query_spans`]).
 pub fn with_every_query<T>(f: impl FnOnce() -> T) -> T {
-    let before = EVERY_QUERY.with(|c| c.replace(true));
-    let out = f();
-    EVERY_QUERY.with(|c| c.set(before));
-    out
+    crate::util::with_flag(&EVERY_QUERY, f)
 }
 
 #[derive(Clone, Copy, Debug)]
