@@ -2,9 +2,7 @@
 //! each decoding step still feeds (finished rows leave on the CPU backend); the log of the routes
 //! the steps used.
 
-use crate::model::{
-    ForwardOptions, LayerCache, LayerRouting, Model, NO_ROUTE, RoutingTrace, SeqBatch,
-};
+use crate::model::{ForwardOptions, LayerCache, LayerRouting, Model, NO_ROUTE, SeqBatch};
 use crate::util::tensors::{ints, to_vec};
 
 /// The routes a generation used, as (row, position, k ids) per layer; laid out at the end.
@@ -23,21 +21,15 @@ impl RouteLog {
 
     /// Record the used ids of the active tokens of one forward, given each token's row and
     /// position.
-    fn record(
-        &mut self,
-        traces: &[RoutingTrace],
-        rows: &[usize],
-        positions: &[usize],
-        active: &[bool],
-    ) {
+    fn record(&mut self, used: &[Vec<u16>], rows: &[usize], positions: &[usize], active: &[bool]) {
         let k = self.k;
-        if self.layers.len() < traces.len() {
-            self.layers.resize_with(traces.len(), Vec::new);
+        if self.layers.len() < used.len() {
+            self.layers.resize_with(used.len(), Vec::new);
         }
-        for (l, tr) in traces.iter().enumerate() {
+        for (l, ids) in used.iter().enumerate() {
             for (i, ((&row, &pos), &a)) in rows.iter().zip(positions).zip(active).enumerate() {
                 if a {
-                    self.layers[l].push((row, pos, tr.used[i * k..(i + 1) * k].to_vec()));
+                    self.layers[l].push((row, pos, ids[i * k..(i + 1) * k].to_vec()));
                 }
             }
         }
@@ -205,22 +197,19 @@ impl Shards {
             bounds.iter().map(|r| routing_for(r.len() * pw)).collect();
         let outs = crate::util::parallel::par_map_mut(&mut self.caches, |i, cache| {
             let r = bounds[i].clone();
-            let n = r.len();
-            let valid = pvalid[r.start * pw..r.end * pw].to_vec();
             let prefill = SeqBatch {
-                batch: n,
+                batch: r.len(),
                 seq: pw,
                 tokens: ptok[r.start * pw..r.end * pw].to_vec(),
-                valid: valid.clone(),
+                valid: pvalid[r.start * pw..r.end * pw].to_vec(),
             };
-            let out = model.forward_at(&prefill, 0, &valid, &opts[i], Some(cache));
-            let last = to_vec(
-                out.logits
-                    .reshape([n, pw, v])
-                    .slice([0..n, pw - 1..pw, 0..v])
-                    .reshape([n, v]),
-            );
-            (last, out.traces)
+            #[cfg(feature = "flex")]
+            if let Some(out) = prefill_shared(model, &prefill, &opts[i], cache) {
+                return out;
+            }
+            let out = model.forward_at(&prefill, 0, &prefill.valid, &opts[i], Some(cache));
+            let used = out.traces.into_iter().map(|t| t.used).collect();
+            (last_logits(out.logits, (r.len(), pw, v)), used)
         });
         let mut last = Vec::new();
         for (r, (l, traces)) in bounds.iter().zip(outs) {
@@ -281,7 +270,8 @@ impl Shards {
                 valid: fed.iter().map(|&r| active[r]).collect(),
             };
             let out = model.forward_at(&batch, pos, &kv_flat, &opts[i], Some(cache));
-            (to_vec(out.logits), out.traces)
+            let used: Vec<Vec<u16>> = out.traces.into_iter().map(|t| t.used).collect();
+            (to_vec(out.logits), used)
         });
         let mut last = vec![0.0; next.len() * v];
         for (fed, (l, traces)) in rows.iter().zip(outs) {
@@ -293,6 +283,107 @@ impl Shards {
         }
         last
     }
+}
+
+/// The last position's logits `[n, v]` of a prefill's `[n·pw, v]`.
+fn last_logits(logits: burn::tensor::Tensor<2>, (n, pw, v): (usize, usize, usize)) -> Vec<f32> {
+    to_vec(
+        logits
+            .reshape([n, pw, v])
+            .slice([0..n, pw - 1..pw, 0..v])
+            .reshape([n, v]),
+    )
+}
+
+/// A shard's prefill on the CPU backend with each run of identical prompt rows (a prompt
+/// group's G copies) computed once: the prompts' forward on one row per run, its cache rows then
+/// copied to every row of the run ([`crate::model::attn_core::HostKv::take_rows`]), and its last
+/// logits and routes likewise. The same bits as the prefill of every row: a row's numbers do not
+/// depend on the other rows of a product as long as every product keeps its gemm path, which the
+/// experts keep through `LayerRouting::repeats` and the token-wise products through
+/// `crate::model::shared::general_rows` (see [`crate::model::shared`]'s module doc). `None`
+/// (nothing computed) where no row repeats, rows get their own router noise or forced routes, an
+/// inner dimension exceeds 512, or the forward may not share.
+#[cfg(feature = "flex")]
+fn prefill_shared(
+    model: &Model,
+    batch: &SeqBatch,
+    opts: &ForwardOptions<'_>,
+    cache: &mut Vec<LayerCache>,
+) -> Option<(Vec<f32>, Vec<Vec<u16>>)> {
+    use crate::model::shared::{count_shared, general_rows, may_share, rows_from};
+    let cfg = &model.cfg;
+    let (n, pw, v, k) = (batch.batch, batch.seq, cfg.vocab_size, cfg.top_k);
+    let per_row = |r: &LayerRouting<'_>| {
+        r.logit_offset.is_some() || r.choice_offset.is_some() || r.forced.is_some()
+    };
+    if !may_share()
+        || !crate::util::tensors::is_host(&model.device())
+        || long_inner(cfg)
+        || (cfg.is_moe() && cfg.expert_path != crate::model::ExpertPath::Fused)
+        || opts
+            .routing
+            .iter()
+            .any(|r| per_row(r) || r.repeats.is_some())
+    {
+        return None;
+    }
+    let row = |r: usize| {
+        let p = r * pw..(r + 1) * pw;
+        (&batch.tokens[p.clone()], &batch.valid[p])
+    };
+    let (mut firsts, mut src) = (Vec::new(), Vec::with_capacity(n));
+    for r in 0..n {
+        if r == 0 || row(r) != row(r - 1) {
+            firsts.push(r);
+        }
+        src.push(firsts.len() - 1);
+    }
+    let c = firsts.len();
+    if c == n || !general_rows(cfg, c * pw) {
+        return None;
+    }
+    let mut runs = vec![0usize; c];
+    src.iter().for_each(|&i| runs[i] += 1);
+    let repeats: Vec<usize> = runs
+        .iter()
+        .flat_map(|&m| std::iter::repeat_n(m, pw))
+        .collect();
+    let compact = SeqBatch {
+        batch: c,
+        seq: pw,
+        tokens: firsts
+            .iter()
+            .flat_map(|&r| row(r).0.iter().copied())
+            .collect(),
+        valid: firsts
+            .iter()
+            .flat_map(|&r| row(r).1.iter().copied())
+            .collect(),
+    };
+    let routing = (0..cfg.n_layers)
+        .map(|l| LayerRouting {
+            repeats: Some(&repeats),
+            ..opts.routing.get(l).cloned().unwrap_or_default()
+        })
+        .collect();
+    let o = ForwardOptions {
+        routing,
+        ..opts.clone()
+    };
+    let out = model.forward_at(&compact, 0, &compact.valid, &o, Some(cache));
+    if cache.iter().any(|l| l.k.is_some()) {
+        // The tensor path's cache (forced in a test): start again with every row.
+        cache.clear();
+        return None;
+    }
+    cache.iter_mut().for_each(|l| l.host.take_rows(&src));
+    count_shared();
+    let last = rows_from(&last_logits(out.logits, (c, pw, v)), &src, v);
+    let used = (out.traces.iter())
+        .map(|t| rows_from(&t.used, &src, pw * k))
+        .collect();
+    Some((last, used))
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@ pub mod host_mm;
 pub mod moe;
 pub mod routes;
 #[cfg(feature = "flex")]
+pub mod shared;
+#[cfg(feature = "flex")]
 pub mod silu_node;
 pub mod weights;
 
@@ -40,6 +42,14 @@ impl SeqBatch {
     pub fn n_tokens(&self) -> usize {
         self.batch * self.seq
     }
+}
+
+/// Groups of `group` consecutive batch rows whose first `prefix` positions hold the same
+/// tokens: a prompt group (G responses to one prompt, left-padded to the batch's prompt width).
+#[derive(Clone, Copy, Debug)]
+pub struct Shared {
+    pub group: usize,
+    pub prefix: usize,
 }
 
 /// Options of one forward.
@@ -241,6 +251,39 @@ impl Model {
     pub fn route_traces(&self, batch: &SeqBatch, opts: &ForwardOptions<'_>) -> Vec<RoutingTrace> {
         self.blocks(batch, (0, &batch.valid), opts, None, true)
             .traces
+    }
+
+    /// [`Model::forward`]'s logits and traces, with the positions that groups of rows share
+    /// computed once where [`shared`] applies (the same numbers, bit for bit), else by the
+    /// full forward.
+    pub fn forward_sharing(
+        &self,
+        batch: &SeqBatch,
+        opts: &ForwardOptions<'_>,
+        sh: Shared,
+    ) -> (Tensor<2>, Vec<RoutingTrace>) {
+        #[cfg(feature = "flex")]
+        if let Some(out) = self.forward_shared(batch, opts, sh) {
+            return out;
+        }
+        let _ = sh;
+        let o = self.forward(batch, opts);
+        (o.logits, o.traces)
+    }
+
+    /// [`Model::route_traces`], sharing as [`Model::forward_sharing`] does.
+    pub fn route_traces_sharing(
+        &self,
+        batch: &SeqBatch,
+        opts: &ForwardOptions<'_>,
+        sh: Shared,
+    ) -> Vec<RoutingTrace> {
+        #[cfg(feature = "flex")]
+        if let Some(t) = self.route_traces_shared(batch, opts, sh) {
+            return t;
+        }
+        let _ = sh;
+        self.route_traces(batch, opts)
     }
 
     /// The blocks of a forward: the residual stream after the last block run, and each MoE

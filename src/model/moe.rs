@@ -53,6 +53,9 @@ pub struct LayerRouting<'a> {
     pub replay_filter: Option<f32>,
     /// Return the router's input in the trace.
     pub want_input: bool,
+    /// Per token, how many tokens of a larger batch it stands for (a forward that computes rows
+    /// shared by several batch rows once, `super::shared`): the expert products keep that batch's gemm path.
+    pub repeats: Option<&'a [usize]>,
 }
 
 pub struct MoeOutput {
@@ -247,7 +250,14 @@ pub fn moe_forward(
     );
     let device = x.device();
     let mut r = route(w, cfg, &x, &routing);
-    let mut out = dispatch(w, cfg, x.clone(), &r.gate_src, &r.used, active);
+    let mut out = dispatch(
+        w,
+        cfg,
+        x.clone(),
+        &r.gate_src,
+        (&r.used, routing.repeats),
+        active,
+    );
     if let Some(shared) = &w.shared {
         let mask = active_mask(active, &device);
         out = out + swiglu(shared, x) * mask;
@@ -334,7 +344,7 @@ fn dispatch(
     cfg: &ModelConfig,
     x: Tensor<2>,
     probs: &Tensor<2>,
-    used: &[u16],
+    (used, repeats): (&[u16], Option<&[usize]>),
     active: &[bool],
 ) -> Tensor<2> {
     let [t, _d] = x.dims();
@@ -370,7 +380,7 @@ fn dispatch(
         let y = if x.is_autodiff() {
             super::fused::fused_experts(x, g, &ws, used, active)
         } else {
-            super::fused::fused_experts_plain(x, g, &ws, used, active)
+            super::fused::fused_experts_plain(x, g, &ws, (used, repeats), active)
         };
         if let Some(y) = y {
             return y;

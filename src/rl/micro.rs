@@ -12,7 +12,7 @@ use super::config::{Aggregation, Algorithm, RlConfig};
 use super::loss::{LossStats, PolicyBatch};
 use super::rollout::Rollout;
 use crate::model::moe::LoadTerms;
-use crate::model::{Model, SeqBatch, aux_loss_of_parts};
+use crate::model::{Model, SeqBatch, Shared, aux_loss_of_parts};
 use crate::optim::AdamW;
 use crate::util::parallel::par_map_mut;
 use crate::util::tensors::scalar;
@@ -82,6 +82,8 @@ pub struct Minibatch {
     /// Response (within the minibatch) of each token, and tokens per response.
     pub seg: Vec<usize>,
     pub lens: Vec<usize>,
+    /// The prompt groups: `group_size` rows that share their first `prompt_width` positions.
+    pub groups: Shared,
 }
 
 /// Split a rollout into `n` minibatches of whole prompt groups.
@@ -121,6 +123,10 @@ pub fn minibatches(ro: &Rollout, group_size: usize, n: usize) -> Vec<Minibatch> 
                 targets,
                 seg,
                 lens,
+                groups: Shared {
+                    group: group_size,
+                    prefix: pw,
+                },
             }
         })
         .collect()

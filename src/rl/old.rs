@@ -1,7 +1,9 @@
 //! π_old: the trainer's no-graph pass over the rollout batch before the first update (its
 //! log-probs, entropy, native routes and router distributions, and the reference model's
 //! log-probs), a stage function the step (`step.rs`) calls; with the forward options and the
-//! route extraction that every forward of the trainer shares.
+//! route extraction that every forward of the trainer shares. These forwards, and the probe's,
+//! compute the prompt positions a group's G rows share once ([`Model::forward_sharing`]), bit
+//! for bit the numbers of the full forward.
 
 use super::config::{RlConfig, RoutingMode};
 use super::micro::{Batch, concat_layers};
@@ -62,20 +64,17 @@ pub(super) fn old_policy(
         let forced = (cfg.routing == RoutingMode::R3).then(|| b.rollout_routes[i].as_slice());
         let filter = cfg.replay_threshold.as_ref().map(|t| t.ratio as f32);
         let want_inputs = predictor.is_some();
-        let mut out = inner.forward(
+        // The positions a prompt group's rows share are computed once (same bits).
+        let (logits, mut traces) = inner.forward_sharing(
             &mb.batch,
             &routing(n_layers, forced, None, filter, want_inputs),
+            mb.groups,
         );
-        let device = out.logits.device();
+        let device = logits.device();
         let rows = || ints(&mb.logit_rows, [mb.logit_rows.len()], &device);
-        let logits = out.logits;
-        let used = out.traces.iter().map(|t| t.used.clone()).collect();
-        let inputs: Vec<Vec<f32>> = out
-            .traces
-            .iter_mut()
-            .filter_map(|t| t.input.take())
-            .collect();
-        let (routes, probs) = native_and_probs(out.traces);
+        let used = traces.iter().map(|t| t.used.clone()).collect();
+        let inputs: Vec<Vec<f32>> = traces.iter_mut().filter_map(|t| t.input.take()).collect();
+        let (routes, probs) = native_and_probs(traces);
         let predicted: Option<Vec<Vec<u16>>> = predictor.map(|p| {
             inputs
                 .iter()
@@ -90,9 +89,8 @@ pub(super) fn old_policy(
         // distributions and inputs stay the first pass's.
         let logits = match &predicted {
             Some(pred) => {
-                inner
-                    .forward(&mb.batch, &routing(n_layers, Some(pred), None, None, false))
-                    .logits
+                let opts = routing(n_layers, Some(pred), None, None, false);
+                inner.forward_sharing(&mb.batch, &opts, mb.groups).0
             }
             None => logits,
         };
@@ -105,8 +103,9 @@ pub(super) fn old_policy(
             used,
             probs,
             logp_ref: reference.map(|r| {
-                let o = r.forward(&mb.batch, &ForwardOptions::default());
-                to_vec(token_logp(o.logits.select(0, rows()), &mb.targets, temp))
+                let (logits, _) =
+                    r.forward_sharing(&mb.batch, &ForwardOptions::default(), mb.groups);
+                to_vec(token_logp(logits.select(0, rows()), &mb.targets, temp))
             }),
             inputs,
             predicted,
@@ -146,6 +145,7 @@ pub(super) fn routing<'a>(
             choice_offset: None,
             replay_filter: forced.and(replay_filter),
             want_input: want_inputs,
+            repeats: None,
         })
         .collect();
     ForwardOptions {

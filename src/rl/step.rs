@@ -445,10 +445,8 @@ impl Trainer {
             let mc = &b.micros[m * b.n_micro + j];
             let offsets = walk.map(|w| w.offsets(b.token_range(mc), &device));
             // Routes and distributions only: no experts of the last MoE layer, no head.
-            let traces = model.route_traces(
-                &mc.batch,
-                &routing(self.model.cfg.n_layers, None, offsets, None, false),
-            );
+            let opts = routing(self.model.cfg.n_layers, None, offsets, None, false);
+            let traces = model.route_traces_sharing(&mc.batch, &opts, mc.groups);
             native_and_probs(traces)
         });
         let n_layers = model.cfg.n_layers;

@@ -61,23 +61,34 @@ impl HostKv {
     /// position: a generation drops rows that finished. Each kept row's keys and values are
     /// moved, not recomputed, so what it attends over keeps its bits.
     pub fn keep_rows(&mut self, keep: &[usize]) {
+        assert!(
+            keep.windows(2).all(|w| w[0] < w[1]),
+            "rows to keep: increasing indices"
+        );
+        self.take_rows(keep);
+    }
+
+    /// Make row `i` of every cached position a copy of row `src[i]` (a row may be copied to
+    /// several): a prefill that computed each prompt group's prompt once gives every row of the
+    /// group its keys and values.
+    pub fn take_rows(&mut self, src: &[usize]) {
         let (b, d) = (self.b, self.d);
         assert!(
-            keep.windows(2).all(|w| w[0] < w[1]) && keep.last().is_none_or(|&r| r < b),
-            "rows to keep: increasing indices below {b}"
+            src.iter().all(|&r| r < b),
+            "rows to take: indices below {b}"
         );
         let cap = self.k.capacity() / (b * d).max(1);
         let pick = |x: &[f32]| -> Vec<f32> {
-            let mut out = Vec::with_capacity(cap * keep.len() * d);
+            let mut out = Vec::with_capacity(cap * src.len() * d);
             for p in 0..self.len {
-                for &r in keep {
+                for &r in src {
                     out.extend_from_slice(&x[(p * b + r) * d..(p * b + r + 1) * d]);
                 }
             }
             out
         };
         (self.k, self.v) = (pick(&self.k), pick(&self.v));
-        self.b = keep.len();
+        self.b = src.len();
     }
 }
 

@@ -151,7 +151,7 @@ fn block(data: &[f32], off: usize, d: usize, transposed: bool) -> View<'_> {
 /// gemm's sums, each a chain of fused multiply-adds from +0, drop without a trace.
 fn query_spans(key_valid: &[bool], sh: &Shape, pos0: usize) -> Vec<Range<usize>> {
     let Shape { b, s, kv, .. } = *sh;
-    let need = 3.max(256 / kv + 1);
+    let need = fewest_queries(kv);
     (0..b)
         .map(|bi| {
             let real = |i: &usize| key_valid[bi * kv + pos0 + i];
@@ -173,6 +173,12 @@ fn query_spans(key_valid: &[bool], sh: &Shape, pos0: usize) -> Vec<Range<usize>>
             lo..hi
         })
         .collect()
+}
+
+/// The fewest queries of a span over `kv` keys whose products take gemm's general path: at
+/// least 3 rows (the backward sums over them) and more than 256 scores.
+fn fewest_queries(kv: usize) -> usize {
+    3.max(256 / kv + 1)
 }
 
 /// The attention weights a backward reads, and the queries they were computed for.
@@ -205,9 +211,23 @@ fn forward_host(
     (key_valid, pos0): (&[bool], usize),
     save: bool,
 ) -> (Vec<f32>, Option<Probs>) {
+    let spans = query_spans(key_valid, &sh, pos0);
+    forward_spans(q, k, v, (sh, keys), (key_valid, pos0), spans, save)
+}
+
+/// [`forward_host`] over the given query `spans` (one per batch row; the caller keeps every
+/// product on gemm's general path, as [`query_spans`] does).
+fn forward_spans(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    (sh, keys): (Shape, Keys),
+    (key_valid, pos0): (&[bool], usize),
+    spans: Vec<Range<usize>>,
+    save: bool,
+) -> (Vec<f32>, Option<Probs>) {
     let Shape { b, s, kv, h, hd } = sh;
     let d = sh.d();
-    let spans = query_spans(key_valid, &sh, pos0);
     let computed: usize = spans.iter().map(Range::len).sum();
     LEFT_OUT.with(|c| c.set(c.get() + b * s - computed));
     // SAFETY: each (row, head) block of `p` is written in full (zeros outside its span, gemm
@@ -465,7 +485,9 @@ pub fn attention_core(
 mod cache;
 mod proj;
 mod qkv;
+mod shared;
 
 pub use cache::{HostKv, attention_cached};
 pub use proj::project_extended;
 pub use qkv::attention_qkv;
+pub use shared::{attention_shared, node_spans};

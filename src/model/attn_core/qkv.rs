@@ -16,17 +16,20 @@ use std::sync::atomic::Ordering;
 /// RoPE and the split of the extended projection on host slices: from `qkv` `[b, s, 5d]`
 /// (q, k, v, rot(q), rot(k), as [`crate::model::attention`] projects them) and the tables' rows for
 /// the s positions (`cos`, `sin` `[s, d]`), q and k with RoPE applied (`x·cos + rot(x)·sin`, as
-/// `Rope::apply` computes it) and v, each `[b, s, d]`.
-fn split_rope(
+/// `Rope::apply` computes it) and v, each `[b, s, d]`. With `src`, position `r` of the
+/// `b·s` reads row `src[r]` of `qkv` (rows shared by several batch rows, `super::shared`).
+pub(super) fn split_rope(
     qkv: &[f32],
     (cos, sin): (&[f32], &[f32]),
     (b, s, d): (usize, usize, usize),
+    src: Option<&[usize]>,
 ) -> [Vec<f32>; 3] {
     let n = b * s * d;
     // SAFETY: the loop below writes every (row, position, column) of all three.
     let (mut q, mut k, mut v) = unsafe { (scratch(n), scratch(n), scratch(n)) };
     for r in 0..b * s {
-        let (row, i) = (&qkv[r * 5 * d..(r + 1) * 5 * d], r % s);
+        let from = src.map_or(r, |m| m[r]);
+        let (row, i) = (&qkv[from * 5 * d..(from + 1) * 5 * d], r % s);
         let (c, sn) = (&cos[i * d..(i + 1) * d], &sin[i * d..(i + 1) * d]);
         let o = r * d;
         for j in 0..d {
@@ -124,7 +127,7 @@ pub fn attention_qkv(
         let prim = qkv.clone().try_into_primitive::<Ad>().ok()?;
         let guards = [prim.node()];
         let inner = contiguous(prim.into_primitive());
-        let [q, k, v] = split_rope(&host(&inner), (&ct, &st), (b, s, d));
+        let [q, k, v] = split_rope(&host(&inner), (&ct, &st), (b, s, d), None);
         let (ctx, p) = forward_host(&q, &k, &v, (sh, Keys::packed(&sh)), (key_valid, pos0), true);
         let out = FlexTensor::from_data(TensorData::new(ctx, [b, s, d]));
         let flex = |x: Vec<f32>| FlexTensor::from_data(TensorData::new(x, [b, s, d]));
@@ -152,7 +155,7 @@ pub fn attention_qkv(
         Tensor::from_primitive::<Ad>(y)
     } else {
         let prim = contiguous(qkv.clone().try_into_primitive::<Flex>().ok()?);
-        let [q, k, v] = split_rope(&host(&prim), (&ct, &st), (b, s, d));
+        let [q, k, v] = split_rope(&host(&prim), (&ct, &st), (b, s, d), None);
         let (ctx, _) = forward_host(
             &q,
             &k,

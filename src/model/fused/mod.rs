@@ -22,15 +22,20 @@
 //! An expert that no token reaches gets no gradient, as in the sparse path. Checked against
 //! the sparse path and a per-token loop, values and every gradient, in `tests/model.rs`.
 //! On by default (the model configuration's `expert_path`, [`crate::model::ExpertPath`]);
-//! other devices, the forward without a graph (rollouts), gradient checkpointing and expert counts without an arity below keep the sparse path.
+//! other devices and gradient checkpointing keep the sparse path. Without a graph (rollouts,
+//! π_old, the reference model, the probe) the same forward runs without saving anything; where
+//! its rows stand for more rows of a batch (`LayerRouting::repeats`, the shared-prefix forward
+//! of [`crate::model::shared`]) an expert with few rows runs on them repeated
+//! (`products::padded_rows`), so its products keep the batch's gemm path.
 
 mod gather;
 mod groups;
+mod products;
 
 pub use groups::Groups;
 
-use crate::model::host_mm::{View, gemm_into, host, scratch};
-use crate::util::fastmath::{silu_mul, silu_mul_consts};
+use crate::model::host_mm::{host, scratch};
+use crate::util::fastmath::silu_mul_consts;
 use crate::util::parallel::par_map_mut;
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -40,6 +45,7 @@ use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind};
 use burn::tensor::{Tensor, TensorData};
 use burn_flex::{Flex, FlexTensor};
 use gather::{gather, gather_rows};
+use products::{mm, padded_rows, products, products_padded};
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -59,33 +65,6 @@ pub fn fused_layers() -> usize {
 }
 
 type Ad = Autodiff<Flex, NoCheckpointing>;
-
-/// `c[m×n] = a·b` (or `c += a·b` with `acc`); `a` is `[m×k]` row-major, or `[k×m]` read
-/// transposed with `at`; `b` is `[k×n]`, or `[n×k]` read transposed with `bt`.
-#[allow(clippy::too_many_arguments)]
-fn mm(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: &[f32],
-    at: bool,
-    b: &[f32],
-    bt: bool,
-    c: &mut [f32],
-    acc: bool,
-) {
-    let a = if at {
-        View::transposed(a, m)
-    } else {
-        View::rows(a, k)
-    };
-    let b = if bt {
-        View::transposed(b, k)
-    } else {
-        View::rows(b, n)
-    };
-    gemm_into(m, n, k, a, b, c, n, 1.0, acc);
-}
 
 /// What the backward pass reads: the grouping, the gathered inputs, the pre-activations, the
 /// SwiGLU outputs, the expert outputs before gating, the gates and the weights.
@@ -119,24 +98,26 @@ fn forward_host(
     w: Vec<[FlexTensor; 3]>,
     g: Arc<Groups>,
     (d, f): (usize, usize),
-    save: bool,
+    (save, repeats): (bool, Option<&[usize]>),
 ) -> (Vec<f32>, Option<Saved>) {
     let n = g.tok.len();
     let xh = host(&xg);
     let wh: Vec<[Cow<'_, [f32]>; 3]> = w.iter().map(|ws| ws.each_ref().map(host)).collect();
     // Expert e's products on its rows: `a1`, `a3`, `h` `[m, f]` and `o` `[m, d]`, each written
     // in full (gemm without accumulation, silu_mul) before anything reads it.
-    let expert = |e: usize, [a1, a3, h, o]: [&mut [f32]; 4]| {
+    let expert = |e: usize, bufs: [&mut [f32]; 4]| {
         let (s, m) = (g.start[e], g.start[e + 1] - g.start[e]);
         if m == 0 {
             return;
         }
         let [w1, w3, w2] = &wh[e];
         let xe = &xh[s * d..(s + m) * d];
-        mm(m, f, d, xe, false, w1, false, a1, false);
-        mm(m, f, d, xe, false, w3, false, a3, false);
-        silu_mul(a1, a3, h);
-        mm(m, d, f, h, false, w2, false, o, false);
+        let full = repeats.map_or(m, |r| g.tok[s..s + m].iter().map(|&t| r[t]).sum());
+        let ws = [&**w1, &**w3, &**w2];
+        match padded_rows(m, full) {
+            rows if rows > m => products_padded(xe, rows, ws, (d, f), bufs),
+            _ => products(xe, m, ws, (d, f), bufs),
+        }
     };
     let mut out = vec![0.0; g.t * d];
     let parallel = rayon::current_num_threads() > 1 && g.experts() > 1;
@@ -389,7 +370,7 @@ fn run<const N: usize>(
         .chunks(3)
         .map(|c| [c[0].clone(), c[1].clone(), c[2].clone()])
         .collect();
-    let (out, saved) = forward_host(inner[0].clone(), gh, ws, g, (d, f), true);
+    let (out, saved) = forward_host(inner[0].clone(), gh, ws, g, (d, f), (true, None));
     let saved = saved.expect("saved when asked");
     let out = FlexTensor::from_data(TensorData::new(out, [t, d]));
     let y = match FusedBackward
@@ -434,7 +415,7 @@ pub fn fused_experts_plain(
     x: Tensor<2>,
     gate: Tensor<2>,
     w: &[[Tensor<2>; 3]],
-    used: &[u16],
+    (used, repeats): (&[u16], Option<&[usize]>),
     active: &[bool],
 ) -> Option<Tensor<2>> {
     let [t, d] = x.dims();
@@ -449,45 +430,8 @@ pub fn fused_experts_plain(
     let (xp, gp) = (plain(&x)?, plain(&gate)?);
     let g = Arc::new(Groups::new(used, active, w.len(), k));
     let xg = gather_rows(&xp, &g, d);
-    let (out, _) = forward_host(xg, host(&gp).into_owned(), ws, g, (d, f), false);
+    let gh = host(&gp).into_owned();
+    let (out, _) = forward_host(xg, gh, ws, g, (d, f), (false, repeats));
     PLAIN.fetch_add(1, Ordering::Relaxed);
     Some(crate::util::tensors::floats(out, [t, d], &device))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::mm;
-
-    /// `mm` against a plain triple loop, for every transpose and accumulate combination, at a
-    /// small shape and at one above the threshold where gemm splits the work over threads.
-    #[test]
-    fn mm_matches_the_triple_loop() {
-        for (m, n, k) in [(3, 5, 7), (200, 192, 200)] {
-            let a: Vec<f32> = (0..m * k)
-                .map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0)
-                .collect();
-            let b: Vec<f32> = (0..k * n)
-                .map(|i| ((i * 5 % 11) as f32 - 5.0) / 8.0)
-                .collect();
-            let c0: Vec<f32> = (0..m * n).map(|i| (i % 3) as f32).collect();
-            for (at, bt, acc) in (0..8).map(|x| (x & 1 == 1, x & 2 == 2, x & 4 == 4)) {
-                // Stored transposed when read transposed: a as [k×m], b as [n×k].
-                let get_a = |i: usize, p: usize| if at { a[p * m + i] } else { a[i * k + p] };
-                let get_b = |p: usize, j: usize| if bt { b[j * k + p] } else { b[p * n + j] };
-                let mut c = c0.clone();
-                mm(m, n, k, &a, at, &b, bt, &mut c, acc);
-                for i in 0..m {
-                    for j in 0..n {
-                        let dot: f64 = (0..k).map(|p| f64::from(get_a(i, p) * get_b(p, j))).sum();
-                        let want = dot + if acc { f64::from(c0[i * n + j]) } else { 0.0 };
-                        let got = f64::from(c[i * n + j]);
-                        assert!(
-                            (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                            "{m}x{n}x{k} at {at} bt {bt} acc {acc}: [{i},{j}] {got} vs {want}"
-                        );
-                    }
-                }
-            }
-        }
-    }
 }

@@ -1,0 +1,122 @@
+//! The expert products of the fused node on host slices: the `gemm` call, one expert's up,
+//! gate and down products, and the same on rows repeated so a product keeps the gemm path of
+//! the batch its rows stand for.
+
+use crate::model::host_mm::{View, gemm_into};
+use crate::util::fastmath::silu_mul;
+
+/// `c[m×n] = a·b` (or `c += a·b` with `acc`); `a` is `[m×k]` row-major, or `[k×m]` read
+/// transposed with `at`; `b` is `[k×n]`, or `[n×k]` read transposed with `bt`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn mm(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    at: bool,
+    b: &[f32],
+    bt: bool,
+    c: &mut [f32],
+    acc: bool,
+) {
+    let a = if at {
+        View::transposed(a, m)
+    } else {
+        View::rows(a, k)
+    };
+    let b = if bt {
+        View::transposed(b, k)
+    } else {
+        View::rows(b, n)
+    };
+    gemm_into(m, n, k, a, b, c, n, 1.0, acc);
+}
+
+/// An expert's up, gate and down products on its `m` rows `xe` `[m, d]`: `a1`, `a3`, `h`
+/// `[m, f]` and `o` `[m, d]`, each written in full.
+pub(super) fn products(
+    xe: &[f32],
+    m: usize,
+    [w1, w3, w2]: [&[f32]; 3],
+    (d, f): (usize, usize),
+    bufs: [&mut [f32]; 4],
+) {
+    let [a1, a3, h, o] = bufs;
+    mm(m, f, d, xe, false, w1, false, a1, false);
+    mm(m, f, d, xe, false, w3, false, a3, false);
+    silu_mul(a1, a3, h);
+    mm(m, d, f, h, false, w2, false, o, false);
+}
+
+/// The rows an expert's products run on when its `m` rows stand for `full` rows of a larger
+/// batch (`LayerRouting::repeats`): `m`, unless gemm would take another path with `m` rows than
+/// with `full` (at most 16 rows can mean its vector or its small-product kernels, which add in
+/// another order), then `min(full, 17)`. Each output row is its own chain of fused
+/// multiply-adds over the inner dimension on the general path, whatever the number of rows, so
+/// the rows keep the bits the larger batch gives them.
+pub(super) fn padded_rows(m: usize, full: usize) -> usize {
+    if full > m && m <= 16 { full.min(17) } else { m }
+}
+
+/// [`products`] on `xe` with its first row repeated up to `rows` rows; the first `m` rows of each
+/// result are written to `bufs`.
+pub(super) fn products_padded(
+    xe: &[f32],
+    rows: usize,
+    w: [&[f32]; 3],
+    (d, f): (usize, usize),
+    bufs: [&mut [f32]; 4],
+) {
+    let m = xe.len() / d;
+    let mut x = xe.to_vec();
+    for _ in m..rows {
+        x.extend_from_slice(&xe[..d]);
+    }
+    let mut tmp = [rows * f, rows * f, rows * f, rows * d].map(|n| vec![0.0; n]);
+    {
+        let [t1, t3, th, to] = &mut tmp;
+        products(&x, rows, w, (d, f), [t1, t3, th, to]);
+    }
+    for (dst, src) in bufs.into_iter().zip(&tmp) {
+        let len = dst.len();
+        dst.copy_from_slice(&src[..len]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mm;
+
+    /// `mm` against a plain triple loop, for every transpose and accumulate combination, at a
+    /// small shape and at one above the threshold where gemm splits the work over threads.
+    #[test]
+    fn mm_matches_the_triple_loop() {
+        for (m, n, k) in [(3, 5, 7), (200, 192, 200)] {
+            let a: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0)
+                .collect();
+            let b: Vec<f32> = (0..k * n)
+                .map(|i| ((i * 5 % 11) as f32 - 5.0) / 8.0)
+                .collect();
+            let c0: Vec<f32> = (0..m * n).map(|i| (i % 3) as f32).collect();
+            for (at, bt, acc) in (0..8).map(|x| (x & 1 == 1, x & 2 == 2, x & 4 == 4)) {
+                // Stored transposed when read transposed: a as [k×m], b as [n×k].
+                let get_a = |i: usize, p: usize| if at { a[p * m + i] } else { a[i * k + p] };
+                let get_b = |p: usize, j: usize| if bt { b[j * k + p] } else { b[p * n + j] };
+                let mut c = c0.clone();
+                mm(m, n, k, &a, at, &b, bt, &mut c, acc);
+                for i in 0..m {
+                    for j in 0..n {
+                        let dot: f64 = (0..k).map(|p| f64::from(get_a(i, p) * get_b(p, j))).sum();
+                        let want = dot + if acc { f64::from(c0[i * n + j]) } else { 0.0 };
+                        let got = f64::from(c[i * n + j]);
+                        assert!(
+                            (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                            "{m}x{n}x{k} at {at} bt {bt} acc {acc}: [{i},{j}] {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
