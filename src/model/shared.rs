@@ -127,7 +127,7 @@ impl Layout {
         let spans = (0..b)
             .map(|r| {
                 let f = full[r].clone();
-                if r % g == 0 {
+                if r.is_multiple_of(g) {
                     return f;
                 }
                 // The row's own queries: from the prefix on, and its own padding positions.
