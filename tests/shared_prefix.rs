@@ -97,7 +97,13 @@ fn sharing_the_prompt_changes_no_bit() {
         ffn: driftlab::model::FfnKind::Dense,
         ..toy.clone()
     };
-    for (cfg, seed) in [(toy, 1), (deep, 2), (dense, 3)] {
+    // The bias-steered sigmoid router, with a shared expert.
+    let sigmoid = ModelConfig {
+        router: driftlab::model::RouterKind::SigmoidBias,
+        shared_expert: true,
+        ..toy.clone()
+    };
+    for (cfg, seed) in [(toy, 1), (deep, 2), (dense, 3), (sigmoid, 4)] {
         let model = Model::init(cfg.clone(), seed, &flex()).with_extended_qkv();
         // The last: one group with short responses, so many experts get a few compact rows
         // that stand for more rows of the batch.

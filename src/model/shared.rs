@@ -21,7 +21,7 @@
 //! the first row's (one is among the queries computed, the other not) keeps its own compact
 //! row, so padding positions keep their bits too. The forward applies only where all that
 //! holds (see [`Model::forward_shared`]); it is checked against the full forward, every logit
-//! and every trace bit for bit, in `tests/model.rs`.
+//! and every trace bit for bit, in `tests/shared_prefix.rs`.
 
 use super::attn_core::{attention_shared, node_spans, project_extended};
 use super::moe::{self, LayerRouting, NO_ROUTE, RoutingTrace};
