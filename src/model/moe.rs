@@ -54,7 +54,8 @@ pub struct LayerRouting<'a> {
     /// Return the router's input in the trace.
     pub want_input: bool,
     /// Per token, how many tokens of a larger batch it stands for (a forward that computes rows
-    /// shared by several batch rows once, `super::shared`): the expert products keep that batch's gemm path.
+    /// shared by several batch rows once, `super::shared`): the fused path's expert products
+    /// keep that batch's gemm path (the sharing forwards require the fused path).
     pub repeats: Option<&'a [usize]>,
 }
 
