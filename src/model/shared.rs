@@ -7,7 +7,7 @@
 //! output projections, the routers, the experts, the head) runs on the compact rows only; the
 //! attention node lays every batch row out as it always does, reads the queries, keys and
 //! values of each position from its compact row, and leaves out of a later row the queries the
-//! first row computes ([`Layout`]).
+//! first row computes (`Layout`).
 //!
 //! Why every number keeps its bits: each product's output is its own chain of fused
 //! multiply-adds over the inner dimension, in order, from +0, on gemm's general path, whatever
