@@ -3,6 +3,7 @@
 //! the steps used.
 
 use crate::model::{ForwardOptions, LayerCache, LayerRouting, Model, NO_ROUTE, SeqBatch};
+use crate::util::rows_from;
 use crate::util::tensors::{ints, to_vec};
 
 /// The routes a generation used, as (row, position, k ids) per layer; laid out at the end.
@@ -127,12 +128,9 @@ fn select_rows(o: ForwardOptions<'static>, keep: &[usize], n: usize) -> ForwardO
                 let device = t.device();
                 t.select(0, ints(keep, [keep.len()], &device))
             });
-            let choice_offset = l.choice_offset.map(|c| {
-                let w = c.len() / n.max(1);
-                keep.iter()
-                    .flat_map(|&i| c[i * w..(i + 1) * w].iter().copied())
-                    .collect()
-            });
+            let choice_offset = l
+                .choice_offset
+                .map(|c| rows_from(&c, keep, c.len() / n.max(1)));
             LayerRouting {
                 forced: None,
                 logit_offset,
@@ -212,18 +210,13 @@ impl Shards {
             (last_logits(out.logits, (r.len(), pw, v)), used)
         });
         let mut last = Vec::new();
-        for (r, (l, traces)) in bounds.iter().zip(outs) {
+        for (r, (l, used)) in bounds.iter().zip(outs) {
             let rows: Vec<usize> = r
                 .clone()
                 .flat_map(|row| std::iter::repeat_n(row, pw))
                 .collect();
             let positions: Vec<usize> = r.clone().flat_map(|_| 0..pw).collect();
-            log.record(
-                &traces,
-                &rows,
-                &positions,
-                &pvalid[r.start * pw..r.end * pw],
-            );
+            log.record(&used, &rows, &positions, &pvalid[r.start * pw..r.end * pw]);
             last.extend(l);
         }
         last
@@ -274,12 +267,12 @@ impl Shards {
             (to_vec(out.logits), used)
         });
         let mut last = vec![0.0; next.len() * v];
-        for (fed, (l, traces)) in rows.iter().zip(outs) {
+        for (fed, (l, used)) in rows.iter().zip(outs) {
             for (j, &r) in fed.iter().enumerate() {
                 last[r * v..(r + 1) * v].copy_from_slice(&l[j * v..(j + 1) * v]);
             }
             let fed_active: Vec<bool> = fed.iter().map(|&r| active[r]).collect();
-            log.record(&traces, fed, &vec![pos; fed.len()], &fed_active);
+            log.record(&used, fed, &vec![pos; fed.len()], &fed_active);
         }
         last
     }
@@ -311,7 +304,7 @@ fn prefill_shared(
     opts: &ForwardOptions<'_>,
     cache: &mut Vec<LayerCache>,
 ) -> Option<(Vec<f32>, Vec<Vec<u16>>)> {
-    use crate::model::shared::{count_shared, general_rows, may_share, rows_from};
+    use crate::model::shared::{count_shared, general_rows, may_share};
     let cfg = &model.cfg;
     let (n, pw, v, k) = (batch.batch, batch.seq, cfg.vocab_size, cfg.top_k);
     let per_row = |r: &LayerRouting<'_>| {
@@ -352,14 +345,8 @@ fn prefill_shared(
     let compact = SeqBatch {
         batch: c,
         seq: pw,
-        tokens: firsts
-            .iter()
-            .flat_map(|&r| row(r).0.iter().copied())
-            .collect(),
-        valid: firsts
-            .iter()
-            .flat_map(|&r| row(r).1.iter().copied())
-            .collect(),
+        tokens: rows_from(&batch.tokens, &firsts, pw),
+        valid: rows_from(&batch.valid, &firsts, pw),
     };
     let routing = (0..cfg.n_layers)
         .map(|l| LayerRouting {

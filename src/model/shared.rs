@@ -27,6 +27,7 @@ use super::attn_core::{attention_shared, node_spans, project_extended};
 use super::moe::{self, LayerRouting, NO_ROUTE, RoutingTrace};
 use super::weights::FfnWeights;
 use super::{ExpertPath, ForwardOptions, Model, SeqBatch, Shared, rms_norm, round_bf16};
+use crate::util::rows_from;
 use crate::util::tensors::{floats, ints, is_host, to_vec};
 use burn::tensor::Tensor;
 use std::cell::Cell;
@@ -56,13 +57,6 @@ pub(crate) fn may_share() -> bool {
 /// Count a forward that shared rows.
 pub(crate) fn count_shared() {
     SHARED.with(|c| c.set(c.get() + 1));
-}
-
-/// Rows `rows` of `x` `[_, width]`, in that order (a row may come several times).
-pub(crate) fn rows_from<T: Copy>(x: &[T], rows: &[usize], width: usize) -> Vec<T> {
-    (rows.iter())
-        .flat_map(|&r| x[r * width..(r + 1) * width].iter().copied())
-        .collect()
 }
 
 /// Whether `rows` token rows keep every token-wise product of `cfg` on gemm's general path

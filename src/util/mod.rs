@@ -24,3 +24,10 @@ pub fn with_flag<T>(
     flag.with(|c| c.set(before));
     out
 }
+
+/// Rows `rows` of `x` `[_, width]` row-major, in that order (a row may come several times).
+pub fn rows_from<T: Copy>(x: &[T], rows: &[usize], width: usize) -> Vec<T> {
+    (rows.iter())
+        .flat_map(|&r| x[r * width..(r + 1) * width].iter().copied())
+        .collect()
+}

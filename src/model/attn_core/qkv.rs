@@ -41,6 +41,20 @@ pub(super) fn split_rope(
     [q, k, v]
 }
 
+/// RoPE's tables' rows for `positions` (`cos`, `sin` `[max_seq_len, d]`) on the host; `None`
+/// where they are not flex tensors.
+pub(super) fn rope_rows(
+    (cos, sin): (&Tensor<2>, &Tensor<2>),
+    positions: std::ops::Range<usize>,
+    d: usize,
+) -> Option<(Vec<f32>, Vec<f32>)> {
+    let rows = |t: &Tensor<2>| -> Option<Vec<f32>> {
+        let p = t.clone().try_into_primitive::<Flex>().ok()?;
+        Some(host(&p)[positions.start * d..positions.end * d].to_vec())
+    };
+    Some((rows(cos)?, rows(sin)?))
+}
+
 /// What [`QkvBackward`] reads: the core's saved state and the tables' rows.
 #[derive(Clone, Debug)]
 struct SavedQkv {
@@ -117,11 +131,7 @@ pub fn attention_qkv(
     let d = d5 / 5;
     let kv = pos0 + s;
     assert_eq!(key_valid.len(), b * kv, "key validity covers every key");
-    let table = |t: &Tensor<2>| -> Option<Vec<f32>> {
-        let p = t.clone().try_into_primitive::<Flex>().ok()?;
-        Some(host(&p)[pos0 * d..kv * d].to_vec())
-    };
-    let (ct, st) = (table(cos)?, table(sin)?);
+    let (ct, st) = rope_rows((cos, sin), pos0..kv, d)?;
     let sh = Shape::new((b, s, kv), d, heads);
     let out = if qkv.is_autodiff() {
         let prim = qkv.clone().try_into_primitive::<Ad>().ok()?;

@@ -2,7 +2,7 @@
 //! laid out as the node lays it out, its queries, keys and values read from the compact rows
 //! the forward computed, and the queries a row shares with the first row of its group left out.
 
-use super::qkv::split_rope;
+use super::qkv::{rope_rows, split_rope};
 use super::{CALLS, Keys, Shape, fewest_queries, forward_spans, query_spans};
 use crate::model::host_mm::host;
 use burn::tensor::Tensor;
@@ -39,11 +39,7 @@ pub fn attention_shared(
     let d = qkv.dims()[1] / 5;
     assert_eq!(src.len(), b * s, "a source row for every position");
     assert_eq!(key_valid.len(), b * s, "key validity covers every key");
-    let table = |t: &Tensor<2>| -> Option<Vec<f32>> {
-        let p = t.clone().try_into_primitive::<Flex>().ok()?;
-        Some(host(&p)[..s * d].to_vec())
-    };
-    let (ct, st) = (table(cos)?, table(sin)?);
+    let (ct, st) = rope_rows((cos, sin), 0..s, d)?;
     let prim = super::contiguous(qkv.clone().try_into_primitive::<Flex>().ok()?);
     let [q, k, v] = split_rope(&host(&prim), (&ct, &st), (b, s, d), Some(src));
     let sh = Shape::new((b, s, s), d, heads);
