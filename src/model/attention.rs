@@ -33,6 +33,7 @@ pub struct Rope {
     pub(super) sin: Tensor<2>,
     /// `[2·d_model, 2·d_model]`: `R` for the query and the key columns, block-diagonal.
     rot_qk: Tensor<2>,
+    head_dim: usize,
 }
 
 impl Rope {
@@ -63,14 +64,57 @@ impl Rope {
             cos: floats(cos, [cfg.max_seq_len, d], device),
             sin: floats(sin, [cfg.max_seq_len, d], device),
             rot_qk: floats(rot, [n, n], device),
+            head_dim: hd,
         }
     }
 
     /// `[W_qkv | W_q·R | W_k·R]`, `[d_model, 5·d_model]`, from `W_qkv` `[d_model, 3·d_model]`.
     pub fn extend_qkv(&self, wqkv: Tensor<2>) -> Tensor<2> {
+        #[cfg(feature = "flex")]
+        if let Some(ext) = self.extend_moved(&wqkv) {
+            return ext;
+        }
+        self.extend_product(wqkv)
+    }
+
+    /// [`Rope::extend_qkv`] as the product by `R` computes it.
+    fn extend_product(&self, wqkv: Tensor<2>) -> Tensor<2> {
         let [d, d3] = wqkv.dims();
         let wqk = wqkv.clone().slice([0..d, 0..2 * d3 / 3]);
         Tensor::cat(vec![wqkv, wqk.matmul(self.rot_qk.clone())], 1)
+    }
+
+    /// [`Rope::extend_qkv`] without a graph on the CPU backend, the rotated blocks moved and
+    /// negated instead of multiplied, bitwise the product: each of its outputs is one chain of
+    /// fused multiply-adds from +0 over the `2·d_model` rows of `R` (one block, on gemm's
+    /// general path) whose only non-zero term is `±w`, so it is exactly `±w`, and +0 where `w`
+    /// is ±0 (`+0 + −0 = +0`); `0 − w` and `w + 0` give exactly that. `None` with a graph, on
+    /// another device, or where a weight is not finite (`∞·0` would spread a NaN through the
+    /// product's other columns).
+    #[cfg(feature = "flex")]
+    fn extend_moved(&self, wqkv: &Tensor<2>) -> Option<Tensor<2>> {
+        use burn::tensor::TensorData;
+        use burn_flex::{Flex, FlexTensor};
+        if wqkv.is_autodiff() || !crate::util::tensors::is_host(&wqkv.device()) {
+            return None;
+        }
+        let [d, d3] = wqkv.dims();
+        let p = wqkv.clone().try_into_primitive::<Flex>().ok()?;
+        let w = super::host_mm::host(&p);
+        if d3 != 3 * d || !w.iter().all(|v| v.is_finite()) {
+            return None;
+        }
+        let mut ext = Vec::with_capacity(d * 5 * d);
+        for row in w.chunks_exact(d3) {
+            ext.extend_from_slice(row);
+            ext.extend((0..2 * d).map(|out| match rot_source(out, self.head_dim) {
+                (src, true) => 0.0 - row[src],
+                (src, false) => row[src] + 0.0,
+            }));
+        }
+        // Built on the host as the product's output is: no upload to count.
+        let ext = FlexTensor::from_data(TensorData::new(ext, [d, 5 * d]));
+        Some(Tensor::from_primitive::<Flex>(ext))
     }
 
     /// `x·cos + x_rot·sin` for `x`, `x_rot` `[batch, seq, d_model]` whose first position is
@@ -371,6 +415,33 @@ mod tests {
                     assert!((q[t * d + c] - proj(t, blk * d + c)).abs() < 1e-4);
                 }
             }
+        }
+    }
+
+    /// The moved extension is the product's, bit for bit, on weights with exact zeros of both
+    /// signs among random values; a non-finite weight leaves it to the product.
+    #[cfg(feature = "flex")]
+    #[test]
+    fn the_moved_extension_is_the_product() {
+        use crate::model::{ModelConfig, Preset};
+        let device = Device::flex();
+        for preset in [Preset::Toy, Preset::Deep] {
+            let cfg = ModelConfig::preset(preset, 32).unwrap();
+            let rope = Rope::new(&cfg, &device);
+            let d = cfg.d_model;
+            let mut w: Vec<f32> = (0..d * 3 * d)
+                .map(|i| ((i * 7919 % 1009) as f32 - 504.0) / 97.0)
+                .collect();
+            for (i, v) in w.iter_mut().enumerate().step_by(13) {
+                *v = if i % 2 == 0 { 0.0 } else { -0.0 };
+            }
+            let wqkv = floats(w.clone(), [d, 3 * d], &device);
+            let moved = rope.extend_moved(&wqkv).expect("applies without a graph");
+            let product = rope.extend_product(wqkv);
+            let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+            assert_eq!(bits(to_vec(moved)), bits(to_vec(product)), "{preset:?}");
+            w[5] = f32::INFINITY;
+            assert!(rope.extend_moved(&floats(w, [d, 3 * d], &device)).is_none());
         }
     }
 }

@@ -203,8 +203,8 @@ impl Model {
 
     /// This model (without a graph) with every block's extended QKV projection computed now,
     /// for a caller that runs many forwards with these weights and then drops the copy. Each
-    /// forward would compute the same extension (a product by a signed permutation and a
-    /// concatenation) with the same operations, so every number is the same.
+    /// forward would compute the same extension ([`Rope::extend_qkv`]) with the same
+    /// operations, so every number is the same.
     pub fn with_extended_qkv(&self) -> Self {
         let ext = (self.weights.blocks.iter())
             .map(|blk| self.rope.extend_qkv(blk.wqkv.clone()))

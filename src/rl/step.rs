@@ -441,6 +441,8 @@ impl Trainer {
         walk: Option<&DriftWalk>,
     ) -> LayerRoutes {
         let device = model.device();
+        // Every micro-batch's forward with these weights: the QKV projections extended once.
+        let model = &model.with_extended_qkv();
         let probed: Vec<LayerRoutes> = par_map(b.n_micro, |j| {
             let mc = &b.micros[m * b.n_micro + j];
             let offsets = walk.map(|w| w.offsets(b.token_range(mc), &device));
