@@ -423,7 +423,7 @@ mod tests {
     #[cfg(feature = "flex")]
     #[test]
     fn the_moved_extension_is_the_product() {
-        use crate::model::{ModelConfig, Preset};
+        use crate::model::config::Preset;
         let device = Device::flex();
         for preset in [Preset::Toy, Preset::Deep] {
             let cfg = ModelConfig::preset(preset, 32).unwrap();
