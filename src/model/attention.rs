@@ -33,6 +33,7 @@ pub struct Rope {
     pub(super) sin: Tensor<2>,
     /// `[2·d_model, 2·d_model]`: `R` for the query and the key columns, block-diagonal.
     rot_qk: Tensor<2>,
+    /// Columns per head (where `R`'s half-heads start).
     head_dim: usize,
 }
 
