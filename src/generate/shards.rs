@@ -295,8 +295,9 @@ fn last_logits(logits: burn::tensor::Tensor<2>, (n, pw, v): (usize, usize, usize
 /// depend on the other rows of a product as long as every product keeps its gemm path, which the
 /// experts keep through `LayerRouting::repeats` and the token-wise products through
 /// `crate::model::shared::general_rows` (see [`crate::model::shared`]'s module doc). `None`
-/// (nothing computed) where no row repeats, rows get their own router noise or forced routes, an
-/// inner dimension exceeds 512, or the forward may not share.
+/// (nothing computed) where no row repeats, rows get forced routes, or the model and options do
+/// not allow a compact forward (`Model::may_compact`: router noise, an inner dimension over 512,
+/// another device, …).
 #[cfg(feature = "flex")]
 fn prefill_shared(
     model: &Model,
@@ -304,21 +305,10 @@ fn prefill_shared(
     opts: &ForwardOptions<'_>,
     cache: &mut Vec<LayerCache>,
 ) -> Option<(Vec<f32>, Vec<Vec<u16>>)> {
-    use crate::model::shared::{count_shared, general_rows, may_share};
+    use crate::model::shared::{count_shared, general_rows};
     let cfg = &model.cfg;
     let (n, pw, v, k) = (batch.batch, batch.seq, cfg.vocab_size, cfg.top_k);
-    let per_row = |r: &LayerRouting<'_>| {
-        r.logit_offset.is_some() || r.choice_offset.is_some() || r.forced.is_some()
-    };
-    if !may_share()
-        || !crate::util::tensors::is_host(&model.device())
-        || long_inner(cfg)
-        || (cfg.is_moe() && cfg.expert_path != crate::model::ExpertPath::Fused)
-        || opts
-            .routing
-            .iter()
-            .any(|r| per_row(r) || r.repeats.is_some())
-    {
+    if !model.may_compact(opts, pw) || opts.routing.iter().any(|r| r.forced.is_some()) {
         return None;
     }
     let row = |r: usize| {

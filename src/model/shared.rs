@@ -209,16 +209,26 @@ impl Model {
 
     /// Whether a shared forward applies (see [`Model::forward_shared`]), before the layout.
     fn shares(&self, batch: &SeqBatch, opts: &ForwardOptions<'_>, sh: Shared) -> bool {
-        let cfg = &self.cfg;
         let (b, s) = (batch.batch, batch.seq);
-        let inner = [cfg.d_model, cfg.d_ff, cfg.dense_d_ff(), s];
-        may_share()
-            && is_host(&self.device())
-            && !self.weights.embed.is_autodiff()
+        self.may_compact(opts, s)
             && sh.group >= 2
             && b.is_multiple_of(sh.group)
             && (1..s).contains(&sh.prefix)
             && s * s > 256
+    }
+
+    /// What every forward that computes rows shared by several batch rows once needs, whatever
+    /// the rows (this module's forwards and the rollout's shared prefill): sharing not turned
+    /// off, the CPU backend without a graph, every product's inner dimension (`d_model`, the
+    /// FFN widths, `seq` positions) at most 512, experts on the fused path, and no routing
+    /// input of a row's own (router-logit or choice offsets, a replay filter) or repeats
+    /// already set.
+    pub(crate) fn may_compact(&self, opts: &ForwardOptions<'_>, seq: usize) -> bool {
+        let cfg = &self.cfg;
+        let inner = [cfg.d_model, cfg.d_ff, cfg.dense_d_ff(), seq];
+        may_share()
+            && is_host(&self.device())
+            && !self.weights.embed.is_autodiff()
             && inner.iter().all(|&n| n <= 512)
             && (!cfg.is_moe() || cfg.expert_path == ExpertPath::Fused)
             && opts.routing.iter().all(|r| {

@@ -2,7 +2,7 @@
 //! gate and down products, and the same on rows repeated so a product keeps the gemm path of
 //! the batch its rows stand for.
 
-use crate::model::host_mm::{View, gemm_into};
+use crate::model::host_mm::{View, gemm_into, scratch};
 use crate::util::fastmath::silu_mul;
 
 /// `c[m×n] = a·b` (or `c += a·b` with `acc`); `a` is `[m×k]` row-major, or `[k×m]` read
@@ -72,7 +72,8 @@ pub(super) fn products_padded(
     for _ in m..rows {
         x.extend_from_slice(&xe[..d]);
     }
-    let mut tmp = [rows * f, rows * f, rows * f, rows * d].map(|n| vec![0.0; n]);
+    // SAFETY: `products` writes every value of the four (gemm without accumulation, silu_mul).
+    let mut tmp = [rows * f, rows * f, rows * f, rows * d].map(|n| unsafe { scratch(n) });
     {
         let [t1, t3, th, to] = &mut tmp;
         products(&x, rows, w, (d, f), [t1, t3, th, to]);
