@@ -91,9 +91,10 @@ impl Backward<Flex, 1> for GatherBackward {
 pub(super) fn gather_rows(x: &FlexTensor, g: &Groups, d: usize) -> FlexTensor {
     let xh = host(x);
     let n = g.tok.len();
-    let mut xg = vec![0.0; n * d];
-    for (r, &tok) in g.tok.iter().enumerate() {
-        xg[r * d..(r + 1) * d].copy_from_slice(&xh[tok * d..(tok + 1) * d]);
+    // Row by row into an unzeroed buffer: every value is one of `x`'s.
+    let mut xg = Vec::with_capacity(n * d);
+    for &tok in &g.tok {
+        xg.extend_from_slice(&xh[tok * d..(tok + 1) * d]);
     }
     FlexTensor::from_data(TensorData::new(xg, [n, d]))
 }
