@@ -354,14 +354,12 @@ mod squares {
             .iter()
             .map(|g| g.clone().try_into_primitive::<Flex>().ok())
             .collect::<Option<_>>()?;
-        if flex
+        let values: Vec<&[f32]> = flex
             .iter()
-            .any(|t| t.as_slice::<f32>().is_none_or(|s| s.len() >= PARALLEL_SUM))
-        {
-            return None;
-        }
-        Some(crate::util::parallel::par_map(flex.len(), |i| {
-            sum_of_squares(flex[i].as_slice::<f32>().expect("checked above"))
+            .map(|t| t.as_slice::<f32>().filter(|s| s.len() < PARALLEL_SUM))
+            .collect::<Option<_>>()?;
+        Some(crate::util::parallel::par_map(values.len(), |i| {
+            sum_of_squares(values[i])
         }))
     }
 
