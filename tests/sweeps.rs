@@ -156,7 +156,10 @@ fn three_shards_merge_to_the_unsharded_run_and_merge_refuses_what_does_not_fit()
             v["spec"]["steps"] = 99.into()
         })
     });
-    assert!(e.contains("different specs") && e.contains("2-of-3"), "{e}");
+    assert!(
+        e.contains("different specs") && e.contains("2-of-3") && e.contains("spec.steps: 3 vs 99"),
+        "the merge names the key that differs: {e}"
+    );
     let e = broken("version", &|d| {
         edit_json(&d.join("shards/1-of-3/config.json"), |v| {
             v["crate_version"] = "9.9.9".into()

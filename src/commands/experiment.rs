@@ -23,17 +23,23 @@ pub struct ExperimentArgs {
     /// Model preset (overrides the spec).
     #[arg(long)]
     pub preset: Option<Preset>,
-    /// Output folder (default results/<name>).
+    /// Output folder (default results/<name>; results/<name>-quick for --quick and
+    /// results/<name>-custom for a run that selects seeds, regimes, arms, steps, a preset or a
+    /// last-bit draw, so that no such run replaces the full run's results).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Small version: first seed only, 15 steps, eval every 5 steps.
+    /// Small version: the spec's quick seeds (default: its first seed), 15 steps, eval every 5.
     #[arg(long)]
     pub quick: bool,
+    /// Run into a folder that holds a run of other cells (another spec, other settings),
+    /// replacing it.
+    #[arg(long)]
+    pub force: bool,
     /// Only these arms, comma separated.
     #[arg(long, value_delimiter = ',')]
     pub arms: Option<Vec<String>>,
     /// Cells run at once, one thread each (default: the number of cores).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub jobs: Option<usize>,
     /// Only these regimes, comma separated.
     #[arg(long, value_delimiter = ',')]
@@ -68,9 +74,24 @@ impl ExperimentArgs {
 /// The spec of `driftlab experiment` with the command line's overrides applied.
 pub fn spec(a: &ExperimentArgs) -> Result<ExperimentSpec> {
     let mut spec = find_spec(&a.specs, &a.name)?;
+    let study: Vec<u64> = (spec.seeds.iter())
+        .chain(spec.regimes.iter().flat_map(|r| r.seeds.iter().flatten()))
+        .copied()
+        .collect();
+    if let Some(q) = &spec.quick_seeds
+        && let Some(s) = q.iter().find(|s| study.contains(s))
+    {
+        bail!(
+            "key 'quick_seeds': seed {s} is one of the study's own seeds; a quick form must \
+             never spend them"
+        );
+    }
     if a.quick {
-        let first = spec.seeds.iter().take(1).copied().collect();
-        spec.set_seeds(first);
+        let quick = match &spec.quick_seeds {
+            Some(q) => q.clone(),
+            None => spec.seeds.iter().take(1).copied().collect(),
+        };
+        spec.set_seeds(quick);
         spec.steps = 15;
         spec.eval_every = 5;
     }
@@ -78,6 +99,9 @@ pub fn spec(a: &ExperimentArgs) -> Result<ExperimentSpec> {
         spec.steps = s;
     }
     if let Some(s) = &a.seeds {
+        if let Some(d) = s.iter().enumerate().find(|(i, x)| s[..*i].contains(x)) {
+            bail!("--seeds: seed {} is given twice", d.1);
+        }
         spec.set_seeds(s.clone());
     }
     if let Some(p) = a.preset {
@@ -96,24 +120,122 @@ pub fn spec(a: &ExperimentArgs) -> Result<ExperimentSpec> {
     Ok(spec)
 }
 
-/// `driftlab experiment`: run every cell, then the report; Ctrl-C stops after the current step.
-pub fn run(device: Device, device_name: String, jobs: usize, a: &ExperimentArgs) -> Result<()> {
-    let spec = spec(a)?;
-    let root = a
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("results").join(&spec.name));
-    let out = a.shard.map_or(root.clone(), |s| s.dir(&root));
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
+impl ExperimentArgs {
+    /// Whether this run selects from the spec (anything but every cell at the spec's settings).
+    pub fn selects(&self) -> bool {
+        self.quick
+            || self.steps.is_some()
+            || self.seeds.is_some()
+            || self.preset.is_some()
+            || self.arms.is_some()
+            || self.regime.is_some()
+            || self.ulp_jitter.is_some()
+    }
+
+    /// The output folder: `--out`, else `results/<name>` for the full spec,
+    /// `results/<name>-quick` for `--quick` and `results/<name>-custom` for any other
+    /// selection (both ignored by git), so that no partial run replaces the full run's results.
+    pub fn out_root(&self, name: &str) -> PathBuf {
+        if let Some(o) = &self.out {
+            return o.clone();
+        }
+        let folder = if self.quick {
+            format!("{name}-quick")
+        } else if self.selects() {
+            format!("{name}-custom")
+        } else {
+            name.to_string()
+        };
+        PathBuf::from("results").join(folder)
+    }
+}
+
+/// Refuse a fresh run into a folder that holds a run of other cells (another spec, other
+/// settings, another driftlab version) unless `--force`: the refusal names the first
+/// difference. The same cells from another commit are run again (what the README's main command
+/// does to the committed results: same numbers, and git shows any that moved).
+fn refuse_other_run(dir: &std::path::Path, spec: &ExperimentSpec, device: &str) -> Result<()> {
+    let path = dir.join("config.json");
+    if !path.exists() {
+        return Ok(());
+    }
+    let cfg: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)
+        .with_context(|| format!("{} is not valid JSON; --force replaces it", path.display()))?;
+    let cells = spec.resolve(device)?;
+    let ours: serde_json::Value = serde_json::from_str(&serde_json::to_string(&cells)?)?;
+    let theirs = crate::experiment::cell_groups::cells_value(&cfg);
+    let version = cfg.get("crate_version").and_then(|v| v.as_str());
+    let why = crate::experiment::resume::other_cells(&theirs, &ours, &cells).or_else(|| {
+        (version != Some(env!("CARGO_PKG_VERSION"))).then(|| {
+            format!(
+                "driftlab {} wrote it, this is {}",
+                version.unwrap_or("(unknown)"),
+                env!("CARGO_PKG_VERSION")
+            )
+        })
+    });
+    if let Some(why) = why {
+        bail!(
+            "{} holds a run of other cells ({why}); a run there would replace it. Choose another \
+             --out, or add --force to replace it",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// What a signal does to a run: the first (Ctrl-C, SIGTERM as Slurm sends at `scancel` and at
+/// its time limit, SIGHUP) stops every cell after its current step, then the frames,
+/// `status.json` and the report are written and the command exits non-zero; a second writes
+/// the frames and `status.json` as they stand and exits 130 at once.
+fn on_signals(stop: Arc<AtomicBool>) {
     let _ = ctrlc::set_handler(move || {
-        if flag.swap(true, Ordering::SeqCst) {
+        if stop.swap(true, Ordering::SeqCst) {
+            eprintln!(
+                "\nsecond interrupt: writing the frames and status.json as they stand, then quitting"
+            );
+            match crate::experiment::runner::write_now() {
+                Ok(dirs) => {
+                    for d in dirs {
+                        eprintln!("kept every finished cell in {}", d.display());
+                    }
+                }
+                Err(e) => eprintln!("error: {e:#}"),
+            }
             std::process::exit(130);
         }
         eprintln!(
-            "\ninterrupt: finishing the current step, then flushing and reporting (Ctrl-C again to quit now)"
+            "\ninterrupt: finishing the current step, then writing the frames, status.json and the \
+             report (interrupt again to quit now, keeping every finished cell)"
         );
     });
+}
+
+/// `driftlab experiment`: run every cell, then the report; Ctrl-C stops after the current step.
+pub fn run(device: Device, device_name: String, jobs: usize, a: &ExperimentArgs) -> Result<()> {
+    let spec = spec(a)?;
+    let root = a.out_root(&spec.name);
+    let out = a.shard.map_or(root.clone(), |s| s.dir(&root));
+    if a.out.is_none() && a.selects() {
+        eprintln!(
+            "writing {} (a run that selects from the spec never writes results/{}; --out chooses)",
+            root.display(),
+            spec.name
+        );
+    }
+    std::fs::create_dir_all(&out).with_context(|| {
+        format!(
+            "cannot create output folder {} (is it writable?)",
+            out.display()
+        )
+    })?;
+    // Held across the run and its report: a second run into the folder fails at once.
+    let _hold = crate::util::lock::hold_folder(&out)?;
+    if !a.resume && !a.force {
+        refuse_other_run(&out, &spec, &device_name)?;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    on_signals(stop.clone());
     let opts = RunOptions {
         jobs,
         out: out.clone(),

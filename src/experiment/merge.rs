@@ -74,18 +74,19 @@ fn same(runs: &[ShardRun], key: &str, what: &str) -> Result<()> {
         _ => r.config.get(key).cloned(),
     };
     for r in &runs[1..] {
-        if get(r) != get(first) {
-            let show = |v: Option<&Value>| match v {
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Null) | None => "none".into(),
-                Some(_) => "(see config.json)".into(),
+        let (a, b) = (get(first), get(r));
+        if a != b {
+            let (a, b) = (a.unwrap_or(Value::Null), b.unwrap_or(Value::Null));
+            let differs = crate::util::json_diff::first_difference(&a, &b).unwrap_or_default();
+            let differs = match differs.strip_prefix("(top): ") {
+                Some(values) => values.to_string(),
+                None if differs.starts_with('[') => format!("{key}{differs}"),
+                None => format!("{key}.{differs}"),
             };
             bail!(
-                "shards {} and {} come from different {what}: {} vs {}; rerun the odd one out",
+                "shards {} and {} come from different {what}: {differs}; rerun the odd one out",
                 first.name(),
                 r.name(),
-                show(first.config.get(key)),
-                show(r.config.get(key))
             );
         }
     }
@@ -200,6 +201,31 @@ fn canonical_order(df: &DataFrame, cells: &[CellConfig]) -> Result<Vec<usize>> {
         keyed.push((k, i));
     }
     keyed.sort();
+    Ok(keyed.into_iter().map(|(_, i)| i).collect())
+}
+
+/// The order that puts `f`'s rows in the canonical order of their cells, `cells` (every cell
+/// of the spec, canonical order); rows of one cell keep the order they were written in. A row
+/// of a cell not in `cells` is an error naming it.
+pub fn canonical_rows(f: &Frame, cells: &[CellName]) -> Result<Vec<usize>> {
+    let index: std::collections::HashMap<(&str, &str, u64), usize> = cells
+        .iter()
+        .enumerate()
+        .map(|(i, c)| ((c.0.as_str(), c.1.as_str(), c.2), i))
+        .collect();
+    let mut keyed = Vec::with_capacity(f.len());
+    for (i, c) in f.cells()?.into_iter().enumerate() {
+        let Some(&k) = index.get(&c) else {
+            bail!(
+                "rows of a cell not in the spec: {}/{} seed {}",
+                c.0,
+                c.1,
+                c.2
+            );
+        };
+        keyed.push((k, i));
+    }
+    keyed.sort_unstable();
     Ok(keyed.into_iter().map(|(_, i)| i).collect())
 }
 

@@ -61,8 +61,24 @@ pub fn rows_of(df: &polars::prelude::DataFrame, keep: &BTreeSet<CellName>) -> Re
         .collect())
 }
 
-/// Remove what a run leaves in `dir` (status, frames, config), before a fresh run there.
+/// Remove the temporary files a killed process left in `dir` mid-write (`.NAME.tmpPID-N`,
+/// see [`crate::util::io`]): never read, only in the way.
+pub fn remove_temporaries(dir: &Path) -> Result<()> {
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.starts_with('.') && name.contains(".tmp") && e.path().is_file() {
+            std::fs::remove_file(e.path())
+                .with_context(|| format!("removing {}", e.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Remove what a run leaves in `dir` (status, frames, config, temporaries), before a fresh
+/// run there.
 pub fn clear(dir: &Path) -> Result<()> {
+    remove_temporaries(dir)?;
     let mut names: Vec<String> = crate::metrics::schema::frames()
         .iter()
         .map(|f| f.file_name())
@@ -80,6 +96,7 @@ pub fn clear(dir: &Path) -> Result<()> {
 /// What `dir` holds of a run of exactly `cells` (as shard `shard`); an empty prior when `dir`
 /// has no run yet, an error when it holds a run of something else.
 pub fn load(dir: &Path, cells: &[CellConfig], shard: Option<Shard>) -> Result<Prior> {
+    remove_temporaries(dir)?;
     let cfg_path = dir.join("config.json");
     if !cfg_path.exists() {
         return Ok(Prior::default());
@@ -89,17 +106,11 @@ pub fn load(dir: &Path, cells: &[CellConfig], shard: Option<Shard>) -> Result<Pr
     let theirs = super::cell_groups::cells_value(&cfg);
     // Through text, as config.json was written, so f32 settings compare as they read back.
     let ours: Value = serde_json::from_str(&serde_json::to_string(cells)?)?;
-    if theirs != ours {
-        let n_theirs = theirs.as_array().map_or(0, Vec::len);
-        let first = (0..cells.len().min(n_theirs))
-            .find(|&i| theirs[i] != ours[i])
-            .map(|i| format!("; first different cell: {}", show(&name_of(&cells[i]))))
-            .unwrap_or_default();
+    if let Some(what) = other_cells(&theirs, &ours, cells) {
         bail!(
-            "cannot resume {}: it holds a run of other cells ({n_theirs} cells there, {} now{first}); \
-             rerun without --resume to start over, or choose another --out",
+            "cannot resume {}: it holds a run of other cells ({what}); rerun without --resume \
+             to start over, or choose another --out",
             dir.display(),
-            cells.len()
         );
     }
     let their_shard: Option<Shard> =
@@ -154,5 +165,80 @@ pub fn load(dir: &Path, cells: &[CellConfig], shard: Option<Shard>) -> Result<Pr
             .extend_from(&df, &rows_of(&df, &keep)?)
             .with_context(|| format!("resuming from {}", path.display()))?;
     }
+    holds_rows_of(dir, &frames, &finished)?;
     Ok(Prior { finished, frames })
+}
+
+/// Whether `theirs` (a folder's resolved cells, as config.json holds them) differ from `ours`
+/// (`cells`, through JSON): how many cells each has, the first differing cell and its first
+/// differing key path with both values.
+pub fn other_cells(theirs: &Value, ours: &Value, cells: &[CellConfig]) -> Option<String> {
+    if theirs == ours {
+        return None;
+    }
+    let n_theirs = theirs.as_array().map_or(0, Vec::len);
+    let first = (0..cells.len().min(n_theirs))
+        .find(|&i| theirs[i] != ours[i])
+        .map(|i| {
+            let key =
+                crate::util::json_diff::first_difference(&theirs[i], &ours[i]).unwrap_or_default();
+            format!(
+                "; first different cell: {}, key {key} (there vs now)",
+                show(&name_of(&cells[i]))
+            )
+        })
+        .unwrap_or_default();
+    Some(format!(
+        "{n_theirs} cells there, {} now{first}",
+        cells.len()
+    ))
+}
+
+/// Every finished cell's rows are in the frames kept: every frame file is there, the step
+/// frame has one row per step the status says ran and the update frame has some. A folder
+/// that lost a frame (a full disk, a hand edit) is refused rather than resumed into a run
+/// whose frames silently lack the kept cells.
+fn holds_rows_of(dir: &Path, frames: &Frames, finished: &[CellStatus]) -> Result<()> {
+    if finished.is_empty() {
+        return Ok(());
+    }
+    for schema in crate::metrics::schema::frames() {
+        let path = dir.join(schema.file_name());
+        if !path.exists() {
+            bail!(
+                "cannot resume {}: status.json lists {} finished cells but {} is missing; \
+                 rerun without --resume to start over",
+                dir.display(),
+                finished.len(),
+                schema.file_name()
+            );
+        }
+    }
+    let count =
+        |f: &crate::metrics::frames::Frame| -> Result<std::collections::BTreeMap<CellName, usize>> {
+            let mut n = std::collections::BTreeMap::new();
+            for (r, a, s) in f.cells()? {
+                *n.entry((r.to_string(), a.to_string(), s)).or_insert(0) += 1;
+            }
+            Ok(n)
+        };
+    let (steps, updates) = (count(&frames.steps)?, count(&frames.updates)?);
+    for st in finished {
+        let name = (st.regime.clone(), st.arm.clone(), st.seed);
+        let (n_steps, n_updates) = (
+            steps.get(&name).copied().unwrap_or(0),
+            updates.get(&name).copied().unwrap_or(0),
+        );
+        if n_steps != st.steps_done || (st.steps_done > 0 && n_updates == 0) {
+            bail!(
+                "cannot resume {}: status.json says {} finished after {} steps, but the frames \
+                 hold {n_steps} step rows and {n_updates} update rows of it; rerun without \
+                 --resume to start over",
+                dir.display(),
+                show(&name),
+                st.steps_done
+            );
+        }
+    }
+    Ok(())
 }

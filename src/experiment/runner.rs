@@ -23,7 +23,7 @@ use anyhow::{Context, Result};
 use burn::tensor::Device;
 use rand::SeedableRng;
 use serde::Serialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -121,6 +121,8 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
             opts.out.display()
         )
     })?;
+    // One run a folder at a time: a second run into it fails here, naming the holder.
+    let _hold = crate::util::lock::hold_folder(&opts.out)?;
     let prior = if opts.resume {
         super::resume::load(&opts.out, &all, opts.shard)?
     } else {
@@ -153,18 +155,18 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
     cold_starts(&todo_cells, opts)?;
 
     // Cells in parallel (`jobs` workers); each cell's numbers do not depend on the schedule.
-    let statuses = Mutex::new(placed(&mine, prior.finished));
-    let frames = Mutex::new(prior.frames);
+    let book = Arc::new(Mutex::new(Book {
+        frames: prior.frames,
+        statuses: placed(&mine, prior.finished),
+        order: all.iter().map(super::resume::name_of).collect(),
+    }));
     let sink = FrameSink {
-        frames: &frames,
+        book: &book,
         dir: &opts.out,
         gap: Duration::from_secs_f64(spec.flush_secs),
     };
-    // status.json, written only after the rows of the cells it lists (what `--resume` trusts).
-    let write_status = |all: &[Option<CellStatus>]| -> Result<()> {
-        let done: Vec<&CellStatus> = all.iter().flatten().collect();
-        write_json(&opts.out.join("status.json"), &done)
-    };
+    // A second interrupt writes the book as it stands before the process quits.
+    let _registered = LastWrite::register(book.clone(), opts.out.clone());
     let ran = work_queue(todo.len(), opts.jobs, |t| {
         let j = todo[t];
         let cell = mine[j];
@@ -173,34 +175,19 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
         } else {
             run_cell(cell, opts, &sink, &overall)?
         };
-        let mut all = statuses.lock().expect("status lock");
-        all[j] = Some(st);
-        // A finished cell is written at once unless the frames were written less than
-        // `sink.gap` ago; then the next write (another cell's, or the run's last) lists it.
-        let wrote = frames
-            .lock()
-            .expect("frames lock")
-            .flush_if_due(sink.dir, sink.gap)?;
-        if wrote {
-            write_status(&all)?;
-        }
-        Ok(())
+        let mut b = lock(&book);
+        b.statuses[j] = Some(st);
+        // A finished cell is written at once unless the book was written less than `sink.gap`
+        // ago; then the next write (a step's flush, another cell's end, or the run's last)
+        // lists it.
+        b.write_if_due(sink.dir, sink.gap)
     });
     // The run's last write, also after a stop or a failed cell (reported first): every finished
     // cell is kept, and a resumed run with nothing left to do writes its kept frames again.
-    let last = {
-        let all = statuses.lock().expect("status lock");
-        let flushed = frames.lock().expect("frames lock").flush(&opts.out);
-        flushed.and_then(|()| write_status(&all))
-    };
+    let last = lock(&book).write(&opts.out);
     ran?;
     last?;
-    let statuses: Vec<CellStatus> = statuses
-        .into_inner()
-        .expect("status lock")
-        .into_iter()
-        .flatten()
-        .collect();
+    let statuses: Vec<CellStatus> = lock(&book).statuses.iter().flatten().cloned().collect();
     overall.finish("done");
     Ok(statuses)
 }
@@ -324,17 +311,108 @@ fn signals(out: &StepOutput, m: &StepMeasures) -> StepSignals {
     s
 }
 
-/// Where a cell's rows go: the run's frames, their folder, and the least time between two
-/// writes of them (`flush_secs`).
+/// What a run has computed and what it writes: its frames and the statuses of its finished
+/// (or stopped) cells, under one lock, so that every write is the frames first and then
+/// `status.json` listing exactly the cells whose every row those frames hold. A status is set
+/// only after its cell's last rows were pushed, so any write, at any moment, is consistent:
+/// `--resume` and `merge` trust `status.json`, and a kill between the two files loses at most
+/// the cells that finished since the write before.
+struct Book {
+    frames: Frames,
+    /// Per cell of this run (shard), in canonical order; `None` while it runs or waits.
+    statuses: Vec<Option<CellStatus>>,
+    /// Every cell of the spec in canonical order: the frames are written in this order of
+    /// their cells (rows of one cell in the order they were computed), so two runs of the same
+    /// cells write the same files whatever order the cells finished in.
+    order: Vec<super::resume::CellName>,
+}
+
+impl Book {
+    /// Frames (atomically, file by file, rows in canonical cell order), then `status.json`.
+    fn write(&mut self, dir: &Path) -> Result<()> {
+        for f in self.frames.all_mut() {
+            let order = super::merge::canonical_rows(f, &self.order)?;
+            if order.iter().enumerate().any(|(i, &k)| i != k) {
+                f.reorder(&order)?;
+            }
+        }
+        self.frames.flush(dir)?;
+        let done: Vec<&CellStatus> = self.statuses.iter().flatten().collect();
+        write_json(&dir.join("status.json"), &done)
+    }
+
+    /// [`Book::write`] unless the last write was less than `gap` ago.
+    fn write_if_due(&mut self, dir: &Path, gap: Duration) -> Result<()> {
+        if self.frames.flush_due(gap) {
+            self.write(dir)?;
+        }
+        Ok(())
+    }
+}
+
+/// The book, even if a worker panicked while holding it (its rows are whole steps: a step's
+/// rows are pushed under one hold).
+fn lock(book: &Mutex<Book>) -> std::sync::MutexGuard<'_, Book> {
+    book.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The books of the runs in progress in this process, for [`write_now`].
+static RUNNING: Mutex<Vec<(u64, Arc<Mutex<Book>>, PathBuf)>> = Mutex::new(Vec::new());
+
+/// A run's place in [`RUNNING`] while it runs.
+struct LastWrite(u64);
+
+impl LastWrite {
+    fn register(book: Arc<Mutex<Book>>, dir: PathBuf) -> LastWrite {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        RUNNING
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((id, book, dir));
+        LastWrite(id)
+    }
+}
+
+impl Drop for LastWrite {
+    fn drop(&mut self) {
+        RUNNING
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(id, _, _)| *id != self.0);
+    }
+}
+
+/// Write every running run's frames and `status.json` as they stand, for a process about to
+/// quit (a second Ctrl-C or SIGTERM): each book is written at a step boundary (a step's rows
+/// are pushed under one hold) and stays held afterwards, so no later write can start before
+/// the process exits. Returns the folders written.
+pub fn write_now() -> Result<Vec<PathBuf>> {
+    let running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut written = Vec::new();
+    for (_, book, dir) in running.iter() {
+        let mut b = lock(book);
+        b.write(dir)
+            .with_context(|| format!("writing {} before quitting", dir.display()))?;
+        written.push(dir.clone());
+        // Held until the process exits: nothing may write after this.
+        std::mem::forget(b);
+    }
+    Ok(written)
+}
+
+/// Where a cell's rows go: the run's book, its folder, and the least time between two writes
+/// of it (`flush_secs`).
 struct FrameSink<'a> {
-    frames: &'a Mutex<Frames>,
+    book: &'a Mutex<Book>,
     dir: &'a std::path::Path,
     gap: Duration,
 }
 
-/// Append one step's rows (step, updates, layers, events) to the frames, flushing every
-/// `flush_every` steps of the cell unless the frames were written less than `sink.gap` ago
-/// (each flush rewrites the whole run's rows; the run's last write always happens).
+/// Append one step's rows (step, updates, layers, events) to the frames, writing the book
+/// (frames, then `status.json`) every `flush_every` steps of the cell unless it was written
+/// less than `sink.gap` ago (each write rewrites the whole run's rows; the run's last write
+/// always happens).
 fn record_step(
     cell: &CellConfig,
     id: &CellId,
@@ -351,7 +429,8 @@ fn record_step(
     let measures = StepMeasures::of(out, shape);
     let sig = signals(out, &measures);
     let events = detector.observe(&sig);
-    let mut f = sink.frames.lock().expect("frames lock");
+    let mut b = lock(sink.book);
+    let f = &mut b.frames;
     f.steps.push(step_row(
         id,
         out,
@@ -376,7 +455,7 @@ fn record_step(
         f.events.push(event_row(id, e))?;
     }
     if (out.step + 1).is_multiple_of(cell.flush_every) {
-        f.flush_if_due(sink.dir, sink.gap)?;
+        b.write_if_due(sink.dir, sink.gap)?;
     }
     Ok(sig.reward_mean)
 }

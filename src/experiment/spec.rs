@@ -115,6 +115,11 @@ pub struct ExperimentSpec {
     /// then draws every arm's endpoints against it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sweep: Option<String>,
+    /// The seeds a `--quick` form runs (default: the first of `seeds`). A pre-registered
+    /// study declares seeds outside its own here, so that no quick run ever spends the study's
+    /// fresh seeds; they must not overlap `seeds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quick_seeds: Option<Vec<u64>>,
 }
 
 pub use super::claim::{CLAIM_LETTERS, DEFAULT_CLAIMS};

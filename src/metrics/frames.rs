@@ -130,6 +130,28 @@ impl Frame {
         Ok(())
     }
 
+    /// Per row, its cell: the identity columns `regime`, `arm` and `seed`.
+    pub fn cells(&self) -> Result<Vec<(&str, &str, u64)>> {
+        let col = |name: &str| {
+            self.schema
+                .columns()
+                .position(|c| c.name == name)
+                .map(|i| &self.cols[i])
+                .ok_or_else(|| anyhow::anyhow!("{}: no column '{name}'", self.schema.name))
+        };
+        let (Buf::S(regime), Buf::S(arm), Buf::I(seed)) =
+            (col("regime")?, col("arm")?, col("seed")?)
+        else {
+            bail!(
+                "{}: regime, arm and seed are not str, str, int",
+                self.schema.name
+            );
+        };
+        Ok((0..self.len)
+            .map(|i| (regime[i].as_str(), arm[i].as_str(), seed[i] as u64))
+            .collect())
+    }
+
     pub fn to_df(&self) -> Result<DataFrame> {
         let cols: Vec<Column> = self
             .schema

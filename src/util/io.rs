@@ -61,14 +61,16 @@ pub fn write_parquet_compact(df: &mut DataFrame, path: &Path) -> Result<()> {
     write_parquet_with(df, path, ParquetCompression::Zstd(Some(level)))
 }
 
+/// The file is encoded in memory first and then written as bytes, so that a failed write (a
+/// full disk) reports its cause ("No space left on device") rather than the encoder's view of
+/// a broken stream; the bytes are those a writer into the file would produce.
 fn write_parquet_with(df: &mut DataFrame, path: &Path, codec: ParquetCompression) -> Result<()> {
-    atomically(path, |f| {
-        ParquetWriter::new(f)
-            .with_compression(codec)
-            .finish(df)
-            .map(|_| ())
-            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))
-    })
+    let mut bytes = Vec::new();
+    ParquetWriter::new(&mut bytes)
+        .with_compression(codec)
+        .finish(df)
+        .map_err(|e| anyhow::anyhow!("encoding {}: {e}", path.display()))?;
+    write_atomic(path, &bytes)
 }
 
 /// Write `df` as CSV, atomically.

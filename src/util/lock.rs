@@ -134,6 +134,55 @@ impl Drop for Lock {
     }
 }
 
+/// The lock file a run holds in its output folder.
+pub const FOLDER_LOCK: &str = ".driftlab.lock";
+
+/// The folders this process holds, with how many holds each has (a run holds its folder, and
+/// the command around it holds it again across the report).
+static FOLDERS: std::sync::Mutex<Vec<(PathBuf, usize, Option<Lock>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// A hold on an output folder; the last hold of this process dropped releases the lock.
+pub struct FolderHold(PathBuf);
+
+/// Hold `dir` (which must exist) for this process: another process that tries while it is
+/// held fails at once with an error naming the holder (`host pid`), and a holder that died
+/// (killed) is taken over. Holds within one process nest.
+pub fn hold_folder(dir: &Path) -> Result<FolderHold> {
+    let key = dir
+        .canonicalize()
+        .with_context(|| format!("locating {}", dir.display()))?;
+    let mut held = FOLDERS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(h) = held.iter_mut().find(|h| h.0 == key) {
+        h.1 += 1;
+        return Ok(FolderHold(key));
+    }
+    match Lock::try_acquire(&key.join(FOLDER_LOCK))? {
+        Attempt::Acquired(l) => {
+            held.push((key.clone(), 1, Some(l)));
+            Ok(FolderHold(key))
+        }
+        Attempt::Held(by) => anyhow::bail!(
+            "{} is in use by another run (process '{by}' holds {}); wait for it to end, or \
+             choose another --out",
+            dir.display(),
+            key.join(FOLDER_LOCK).display()
+        ),
+    }
+}
+
+impl Drop for FolderHold {
+    fn drop(&mut self) {
+        let mut held = FOLDERS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = held.iter().position(|h| h.0 == self.0) {
+            held[i].1 -= 1;
+            if held[i].1 == 0 {
+                held.remove(i);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +223,32 @@ mod tests {
         // Another host's lock is stale only once it is old.
         assert!(!is_stale("elsewhere 1", Duration::from_secs(5)));
         assert!(is_stale("elsewhere 1", STALE + Duration::from_secs(1)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_folder_hold_nests_within_a_process_and_releases_with_the_last() {
+        let dir = std::env::temp_dir().join(format!("driftlab-hold-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let outer = hold_folder(&dir).unwrap();
+        let inner = hold_folder(&dir).unwrap();
+        drop(inner);
+        assert!(
+            dir.join(FOLDER_LOCK).exists(),
+            "still held by the outer hold"
+        );
+        drop(outer);
+        assert!(
+            !dir.join(FOLDER_LOCK).exists(),
+            "released with the last hold"
+        );
+        // A live holder of another process (this host's pid 1) is refused, named.
+        std::fs::write(dir.join(FOLDER_LOCK), format!("{} 1 0\n", hostname())).unwrap();
+        let e = hold_folder(&dir).err().expect("held by pid 1").to_string();
+        assert!(
+            e.contains("in use by another run") && e.contains(" 1 0"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -5,6 +5,7 @@ pub mod fastmath;
 pub mod hash;
 pub mod host;
 pub mod io;
+pub mod json_diff;
 pub mod lock;
 pub mod names;
 pub mod parallel;

@@ -106,6 +106,7 @@ pub fn tiny_experiment(
         secondary: vec![],
         reversal: false,
         sweep: None,
+        quick_seeds: None,
     }
 }
 

@@ -16,7 +16,7 @@ pub use heatmap::{HeatPanel, Heatmap};
 pub use leaderboard::{LeaderRow, Leaderboard};
 pub use map::{MapCell, MapPanel, StabilityMap};
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context, Result, anyhow};
 use plotters::coord::Shift;
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
@@ -233,16 +233,31 @@ pub trait Chart {
         (1000, 600)
     }
 
-    /// Write `<stem>.png` and `<stem>.svg` under `dir`.
+    /// Write `<stem>.png` and `<stem>.svg` under `dir`, each drawn into a temporary file
+    /// beside it and renamed into place: a failed figure (a full disk) leaves no partial file,
+    /// and its error names the figure's file.
     fn save(&self, dir: &Path, stem: &str) -> Result<()> {
         register_font();
-        let png = dir.join(format!("{stem}.png"));
-        present(
-            self,
-            BitMapBackend::new(&png, self.size()).into_drawing_area(),
-        )?;
-        let svg = dir.join(format!("{stem}.svg"));
-        present(self, SVGBackend::new(&svg, self.size()).into_drawing_area())
+        for ext in ["png", "svg"] {
+            let path = dir.join(format!("{stem}.{ext}"));
+            // The bitmap backend picks its encoder from the extension, so it stays last.
+            let tmp = dir.join(format!(".{stem}.partial.{ext}"));
+            let drawn = if ext == "png" {
+                present(
+                    self,
+                    BitMapBackend::new(&tmp, self.size()).into_drawing_area(),
+                )
+            } else {
+                present(self, SVGBackend::new(&tmp, self.size()).into_drawing_area())
+            };
+            // Each backend is dropped (and has written what it would) inside `present`.
+            let done = drawn.and_then(|()| Ok(std::fs::rename(&tmp, &path)?));
+            if let Err(e) = done {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e).with_context(|| format!("writing the figure {}", path.display()));
+            }
+        }
+        Ok(())
     }
 }
 

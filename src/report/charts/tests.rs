@@ -209,3 +209,28 @@ fn every_named_method_gets_its_own_colour_and_tab10_stays_first() {
     let ten = super::series_colors((0..10).map(|i| ("x", Some(i))));
     assert_eq!(ten, (0..10).collect::<Vec<_>>());
 }
+
+/// A figure that cannot be written fails with an error naming its file and leaves no partial
+/// file behind (a full disk used to leave partial PNGs and a Debug dump without a name).
+#[test]
+fn a_figure_that_cannot_be_written_names_its_file_and_leaves_nothing() {
+    let dir = std::env::temp_dir().join(format!(
+        "driftlab-fig-fail-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // The SVG's temporary path is taken (by a folder), so that write fails after the PNG's.
+    std::fs::create_dir_all(dir.join(".fig.partial.svg")).unwrap();
+    let e = line("x", false).save(&dir, "fig").unwrap_err();
+    assert!(format!("{e:#}").contains("fig.svg"), "{e:#}");
+    assert!(!dir.join("fig.svg").exists());
+    std::fs::remove_dir_all(dir.join(".fig.partial.svg")).unwrap();
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert_eq!(left, ["fig.png"], "only the figure written whole is left");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
