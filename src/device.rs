@@ -70,6 +70,81 @@ pub struct DeviceArgs {
     /// Rayon threads for the flex backend (default: all cores).
     #[arg(long, global = true)]
     pub threads: Option<usize>,
+    /// Let `--device wgpu` run on a software adapter (a CPU Vulkan such as lavapipe), which
+    /// it otherwise refuses: results from it are correct but far slower than on a GPU.
+    #[arg(long, global = true)]
+    pub allow_software: bool,
+}
+
+impl DeviceArgs {
+    /// Start the chosen device. A wgpu device prints the adapter it got to stderr; under
+    /// `--device wgpu` a software adapter is an error unless `--allow-software`.
+    pub fn start(&self) -> Result<Device> {
+        let device = self.device.device()?;
+        if let Some(a) = adapter(self.device) {
+            eprintln!("device {}: adapter {a}", self.device);
+            check_adapter(self.device, &a, self.allow_software)?;
+        }
+        Ok(device)
+    }
+}
+
+/// The wgpu adapter a device runs on, as wgpu describes it (`config.json`'s `adapter`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Adapter {
+    /// The adapter's name (e.g. "NVIDIA H100", "llvmpipe (LLVM 15.0.7, 256 bits)").
+    pub name: String,
+    /// The graphics API wgpu drives it through (vulkan, metal, dx12, gl).
+    pub backend: String,
+    /// wgpu's device type: discrete-gpu, integrated-gpu, virtual-gpu, cpu or other.
+    pub device_type: String,
+    /// The driver's name and version, as the driver reports them.
+    pub driver: String,
+    /// A CPU adapter (wgpu's device type `Cpu`): a software rasteriser, not a GPU.
+    pub software: bool,
+}
+
+impl fmt::Display for Adapter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "'{}' ({}, {}{}, driver '{}')",
+            self.name,
+            self.backend,
+            self.device_type,
+            if self.software { ", software" } else { "" },
+            self.driver
+        )
+    }
+}
+
+/// A software adapter under `--device wgpu` (which promises a GPU) is an error unless
+/// `allow_software`; `--device wgpu-cpu` asks for one and always passes.
+pub fn check_adapter(choice: DeviceChoice, a: &Adapter, allow_software: bool) -> Result<()> {
+    if choice == DeviceChoice::Wgpu && a.software && !allow_software {
+        bail!(
+            "--device wgpu got a software adapter, {a}: no GPU adapter was found, and a run on it \
+             would be far slower than on a GPU. Install the GPU's Vulkan driver, use \
+             --device wgpu-cpu or flex, or pass --allow-software to run on it anyway"
+        );
+    }
+    Ok(())
+}
+
+/// The adapter of the wgpu device `name` names ("wgpu", "wgpu-cpu") when it has started in
+/// this process; `None` for every other device.
+pub fn adapter_named(name: &str) -> Option<Adapter> {
+    name.parse().ok().and_then(adapter)
+}
+
+/// The adapter of `choice` when it is a wgpu device started in this process.
+pub fn adapter(choice: DeviceChoice) -> Option<Adapter> {
+    let cpu = match choice {
+        DeviceChoice::Wgpu => false,
+        DeviceChoice::WgpuCpu => true,
+        DeviceChoice::Flex | DeviceChoice::Cuda => return None,
+    };
+    started_adapter(cpu)
 }
 
 #[cfg(feature = "flex")]
@@ -106,17 +181,25 @@ fn wgpu(cpu: bool) -> Result<Device> {
         DeviceKind::DefaultDevice
     };
     let what = if cpu { "wgpu-cpu" } else { "wgpu" };
-    // The wgpu runtime registers once per process: a second `init` of the same kind fails, so
-    // the device is started once and handed out again after.
-    static STARTED: std::sync::Mutex<Vec<(bool, Device)>> = std::sync::Mutex::new(Vec::new());
     let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, d)) = started.iter().find(|(c, _)| *c == cpu) {
+    if let Some((_, d, _)) = started.iter().find(|(c, _, _)| *c == cpu) {
         return Ok(d.clone());
     }
-    let init = std::panic::catch_unwind(|| Device::wgpu_options().device_kind(kind).init());
+    let init =
+        std::panic::catch_unwind(|| Device::wgpu_options().device_kind(kind).init_with_setup());
     match init {
-        Ok(Ok(device)) => {
-            started.push((cpu, device.clone()));
+        Ok(Ok((device, setup))) => {
+            let info = setup.adapter.get_info();
+            let adapter = Adapter {
+                name: info.name.clone(),
+                backend: info.backend.to_string(),
+                device_type: device_type_name(info.device_type).into(),
+                driver: format!("{} {}", info.driver, info.driver_info)
+                    .trim()
+                    .to_string(),
+                software: info.device_type == burn::tensor::wgpu::wgpu::DeviceType::Cpu,
+            };
+            started.push((cpu, device.clone(), adapter));
             Ok(device)
         }
         Ok(Err(e)) => bail!("device '{what}' could not start: {e}. {}", driver_hint(cpu)),
@@ -126,6 +209,39 @@ fn wgpu(cpu: bool) -> Result<Device> {
         ),
     }
 }
+/// The wgpu devices started in this process, by `cpu` (wgpu-cpu or wgpu), with their
+/// adapters. The wgpu runtime registers once per process: a second `init` of the same kind
+/// fails, so each device is started once and handed out again after.
+#[cfg(feature = "wgpu")]
+static STARTED: std::sync::Mutex<Vec<(bool, Device, Adapter)>> = std::sync::Mutex::new(Vec::new());
+
+/// The adapter of the wgpu device (`cpu`: wgpu-cpu) started in this process, if any.
+#[cfg(feature = "wgpu")]
+fn started_adapter(cpu: bool) -> Option<Adapter> {
+    let started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
+    started
+        .iter()
+        .find(|(c, _, _)| *c == cpu)
+        .map(|(_, _, a)| a.clone())
+}
+#[cfg(not(feature = "wgpu"))]
+fn started_adapter(_cpu: bool) -> Option<Adapter> {
+    None
+}
+
+/// wgpu's device type in kebab case.
+#[cfg(feature = "wgpu")]
+fn device_type_name(t: burn::tensor::wgpu::wgpu::DeviceType) -> &'static str {
+    use burn::tensor::wgpu::wgpu::DeviceType;
+    match t {
+        DeviceType::DiscreteGpu => "discrete-gpu",
+        DeviceType::IntegratedGpu => "integrated-gpu",
+        DeviceType::VirtualGpu => "virtual-gpu",
+        DeviceType::Cpu => "cpu",
+        DeviceType::Other => "other",
+    }
+}
+
 #[cfg(feature = "wgpu")]
 fn driver_hint(cpu: bool) -> &'static str {
     if cpu {

@@ -389,6 +389,34 @@ fn identical_arms_are_merged_in_the_report() {
         let mut all = df.vstack(&twin).unwrap();
         write_parquet(&mut all, &path).unwrap();
     }
+    // The twin's cells in config.json and status.json too: the report checks that the frames,
+    // the status and the config hold the same cells.
+    let twin_of = |list: &mut serde_json::Value| {
+        let items = list.as_array_mut().unwrap();
+        let twins: Vec<serde_json::Value> = items
+            .iter()
+            .filter(|c| c["arm"] == "baseline")
+            .map(|c| {
+                let mut t = c.clone();
+                t["arm"] = "twin".into();
+                t
+            })
+            .collect();
+        items.extend(twins);
+    };
+    let edit_json = |name: &str, edit: &dyn Fn(&mut serde_json::Value)| {
+        let path = out.join(name);
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        edit(&mut v);
+        std::fs::write(&path, serde_json::to_string(&v).unwrap()).unwrap();
+    };
+    edit_json("status.json", &|v| twin_of(v));
+    edit_json("config.json", &|v| {
+        twin_of(&mut v["cells"]);
+        let n = v["cells"].as_array().unwrap().len();
+        v["ran"] = (0..n).collect::<Vec<_>>().into();
+    });
     driftlab::report::write_report(&out).unwrap();
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     let groups = driftlab::report::identical::identical_groups(

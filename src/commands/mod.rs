@@ -30,7 +30,7 @@ pub fn run(cli: Cli) -> Result<()> {
         anyhow::ensure!(n >= 1, "--threads must be at least 1");
         rayon_threads(n)?;
     }
-    let device = cli.global.device.device()?;
+    let device = cli.global.start()?;
     let device_name = cli.global.device.to_string();
     match cli.command {
         Command::Coldstart(a) => coldstart::run(&device, &a),

@@ -85,6 +85,10 @@ struct RunConfig<'a> {
     crate_version: &'static str,
     git_commit: Option<String>,
     device: &'a str,
+    /// The wgpu adapter the run got (name, backend, device type, driver, software or not);
+    /// `None` on flex and cuda.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    adapter: Option<crate::device::Adapter>,
     /// CPU model and kernel-relevant features (see [`crate::util::host`]).
     host: crate::util::host::Host,
     start_unix: u64,
@@ -237,6 +241,7 @@ fn write_config(
         crate_version: env!("CARGO_PKG_VERSION"),
         git_commit: git_commit(),
         device: &opts.device_name,
+        adapter: crate::device::adapter_named(&opts.device_name),
         host: crate::util::host::Host::detect(),
         start_unix,
         shard: opts.shard,

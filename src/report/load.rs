@@ -28,7 +28,7 @@ pub struct RunFrames {
 impl RunFrames {
     /// The rows of one regime.
     pub fn regime(&self, regime: &str) -> Result<RunFrames> {
-        let keep = |df: &DataFrame| -> Result<DataFrame> {
+        self.map(|df| {
             if df.width() == 0 {
                 return Ok(df.clone());
             }
@@ -37,7 +37,11 @@ impl RunFrames {
                 .lazy()
                 .filter(col("regime").eq(lit(regime)))
                 .collect()?)
-        };
+        })
+    }
+
+    /// Every frame through `keep` (the rows a view of the run keeps), the bench as it is.
+    pub fn map(&self, keep: impl Fn(&DataFrame) -> Result<DataFrame>) -> Result<RunFrames> {
         Ok(RunFrames {
             steps: keep(&self.steps)?,
             updates: keep(&self.updates)?,

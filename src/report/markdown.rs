@@ -113,7 +113,8 @@ pub struct PlotFolders {
     pub scale: Option<String>,
 }
 
-/// The whole of `report.md`.
+/// The whole of `report.md`; `banners` (what the folder's checks found: an interrupted run,
+/// a missing config) come first, under the title.
 pub fn report(
     f: &RunFrames,
     info: &RunInfo,
@@ -121,6 +122,7 @@ pub fn report(
     regs: &[Regime],
     eps: &[Endpoint],
     plots: &PlotFolders,
+    banners: &[String],
 ) -> Result<String> {
     let plot_dirs = &plots.regimes;
     let mut md = String::new();
@@ -129,6 +131,9 @@ pub fn report(
         .cloned()
         .unwrap_or_default();
     writeln!(md, "# driftlab report: {name}\n")?;
+    for b in banners {
+        writeln!(md, "> {b}\n")?;
+    }
     let steps = i64_col(&f.steps, "step")?;
     writeln!(
         md,

@@ -2,6 +2,7 @@
 //! files and `config.json` alone (no training state).
 
 pub mod charts;
+pub mod checks;
 pub mod claims;
 pub mod compute;
 pub mod depth;
@@ -32,16 +33,46 @@ pub use summary::{ArmSummary, summarize};
 use anyhow::{Context, Result};
 use std::path::Path;
 
+/// What `report` tolerates (the default: nothing).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReportOptions {
+    /// Report a folder without `config.json` (with a banner saying what that leaves out).
+    pub allow_missing_config: bool,
+}
+
 /// Rebuild `summary.csv`, `summary.json`, `endpoints.json`, `plots/` and `report.md` in `dir`
 /// from its files.
 pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
+    write_report_with(dir, ReportOptions::default())
+}
+
+/// [`write_report`] with `opts`. Before it writes anything it checks the folder (see
+/// [`checks`]): frames, `status.json` and `config.json` must hold the same cells; cells that
+/// stopped before their last step are named in a banner and left out of the summary and
+/// endpoints when any cell finished.
+pub fn write_report_with(dir: &Path, opts: ReportOptions) -> Result<Vec<ArmSummary>> {
     let info = RunInfo::load(dir)?;
+    anyhow::ensure!(
+        info.found || opts.allow_missing_config,
+        "{} is missing: without it the report cannot know the run's cells, declared steps or \
+         claims; `driftlab report {} --allow-missing-config` reports the frames anyway, with \
+         a banner saying what that leaves out",
+        dir.join("config.json").display(),
+        dir.display()
+    );
     let f = load::load_frames_of(dir, &info).with_context(|| {
         format!(
             "{} does not hold a readable run (steps/updates/layers/events.parquet)",
             dir.display()
         )
     })?;
+    let checked = checks::check(dir, &info, &f)?;
+    let banners: Vec<String> = (!info.found)
+        .then(|| checks::NO_CONFIG.to_string())
+        .into_iter()
+        .chain(checked.banner())
+        .collect();
+    let f = checked.frames_used(f)?;
     let sums = summarize(&f)?;
     summary::write_summary_files(dir, &sums)?;
     let regs = findings::regimes_of(&f, &info)?;
@@ -60,7 +91,7 @@ pub fn write_report(dir: &Path) -> Result<Vec<ArmSummary>> {
         map: figures::map_plots(dir, &regs, &eps)?,
         scale: figures::scale_plots(dir, &regs)?,
     };
-    let md = markdown::report(&f, &info, &sums, &regs, &eps, &plots)?;
+    let md = markdown::report(&f, &info, &sums, &regs, &eps, &plots, &banners)?;
     crate::util::io::write_atomic(&dir.join("report.md"), md.as_bytes())?;
     Ok(sums)
 }

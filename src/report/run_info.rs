@@ -36,6 +36,11 @@ pub struct RunInfo {
     pub sweep: Option<String>,
     /// Per frame, the columns `driftlab slim` dropped from this folder (config.json's `slim`).
     pub slimmed: std::collections::BTreeMap<String, Vec<String>>,
+    /// The canonical indices in `cells` of the cells this folder ran (config.json's `ran`: a
+    /// shard's own; every cell in a whole or merged run); `None` when not recorded.
+    pub ran: Option<Vec<usize>>,
+    /// Whether the folder holds a `config.json` (else every other field is the default).
+    pub found: bool,
 }
 
 impl Default for RunInfo {
@@ -48,6 +53,8 @@ impl Default for RunInfo {
             reversal: false,
             sweep: None,
             slimmed: Default::default(),
+            ran: None,
+            found: false,
         }
     }
 }
@@ -99,10 +106,20 @@ impl RunInfo {
             })?,
             None => Default::default(),
         };
+        let ran = match v.get("ran") {
+            Some(r) if !r.is_null() => {
+                Some(serde_json::from_value(r.clone()).with_context(|| {
+                    format!("the 'ran' record of {} does not parse", path.display())
+                })?)
+            }
+            _ => None,
+        };
         let Some(spec) = spec else {
             return Ok(RunInfo {
                 cells,
                 slimmed,
+                ran,
+                found: true,
                 ..RunInfo::default()
             });
         };
@@ -118,7 +135,18 @@ impl RunInfo {
             sweep: spec.sweep,
             regimes: spec.regimes,
             slimmed,
+            ran,
+            found: true,
         })
+    }
+
+    /// The cells this folder ran: `cells` at the indices of `ran` (all of them when the
+    /// folder does not record which).
+    pub fn ran_cells(&self) -> Vec<&CellConfig> {
+        match &self.ran {
+            Some(ran) => ran.iter().filter_map(|&i| self.cells.get(i)).collect(),
+            None => self.cells.iter().collect(),
+        }
     }
 
     /// The spec's regime of this name.
