@@ -302,6 +302,20 @@ fn partial_runs_write_their_own_folder_and_another_runs_folder_is_refused_by_key
     assert!(ok, "{log}");
     assert!(log.contains("results/fault_test-quick"), "{log}");
     assert!(root.join("results/fault_test-quick/report.md").exists());
+    // A spec file's path works as well as a name.
+    let file = root.join("specs/fault_test.toml");
+    let st = Command::new(env!("CARGO_BIN_EXE_driftlab"))
+        .current_dir(&root)
+        .args(["--threads", "1", "experiment"])
+        .arg(&file)
+        .args(["--quick", "--arms", "gspo", "--jobs", "1", "--cache-dir", "cache"])
+        .args(["--out", "results/from-path"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert_eq!(finished_statuses(&root.join("results/from-path")).unwrap()[0].arm, "gspo");
     let (ok, log) = default_out(&root, "custom.log", &["--steps", "2", "--arms", "grpo"]);
     assert!(ok, "{log}");
     assert!(

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 #[derive(clap::Args, Debug)]
 pub struct ExperimentArgs {
+    /// An experiment in the specs folder (`moe_drift`), or a spec file (`my/spec.toml`).
     pub name: String,
     /// RL steps per cell (overrides the spec).
     #[arg(long)]

@@ -24,8 +24,16 @@ pub fn list_specs(dir: &Path) -> Result<Vec<(String, Result<ExperimentSpec>)>> {
     Ok(out)
 }
 
-/// The spec `experiments/<name>.toml`; an unknown name lists the known ones.
+/// The spec `experiments/<name>.toml`, or the spec file `name` itself when it names a file
+/// (ends in `.toml` or holds a `/`); an unknown name lists the known ones.
 pub fn find_spec(dir: &Path, name: &str) -> Result<ExperimentSpec> {
+    if name.ends_with(".toml") || name.contains(std::path::MAIN_SEPARATOR) {
+        let path = Path::new(name);
+        if !path.is_file() {
+            bail!("no spec file {name}");
+        }
+        return ExperimentSpec::load(path);
+    }
     let path = dir.join(format!("{name}.toml"));
     if !path.exists() {
         let names: Vec<String> = list_specs(dir)?.into_iter().map(|(n, _)| n).collect();
