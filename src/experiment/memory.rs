@@ -3,7 +3,8 @@
 //! is refused with the knobs to turn instead of aborting on an allocation mid-run.
 //!
 //! The estimate is an order of magnitude, on the side of too much, in f32 (4 bytes):
-//! - **weights and optimizer state**: the parameters ([`ModelConfig::num_params`]) ×
+//! - **weights and optimizer state**: the parameters
+//!   ([`crate::model::ModelConfig::num_params`]) ×
 //!   (7 + `rollout_staleness`) copies: the policy, its gradient, AdamW's two moments, the
 //!   frozen reference, the rollout engine's copy, the cold start it came from, and one
 //!   snapshot per step of staleness;
@@ -137,6 +138,14 @@ impl CellConfig {
     }
 }
 
+impl CellConfig {
+    /// [`CellConfig::check_fits`] against this machine's memory ([`machine_memory`]); `Ok`
+    /// where that is unknown.
+    pub fn check_fits_machine(&self) -> Result<()> {
+        machine_memory().map_or(Ok(()), |mem| self.check_fits(mem))
+    }
+}
+
 /// `Err` naming the first of `cells` whose estimate exceeds `mem_bytes` (see
 /// [`CellConfig::check_fits`]). Cells that run side by side share the memory: a runner with
 /// `jobs` workers passes `mem_bytes / jobs`.
@@ -144,11 +153,14 @@ pub fn check_cells_fit(cells: &[CellConfig], mem_bytes: u64) -> Result<()> {
     cells.iter().try_for_each(|c| c.check_fits(mem_bytes))
 }
 
-/// This machine's memory in bytes (`MemTotal` of `/proc/meminfo`), or `None` where that file
-/// does not say (not Linux): the check is then skipped.
+/// This machine's memory in bytes (`MemTotal` of `/proc/meminfo`, read once), or `None` where
+/// that file does not say (not Linux): the check is then skipped.
 pub fn machine_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    parse_mem_total(&text)
+    static MEM: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *MEM.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        parse_mem_total(&text)
+    })
 }
 
 /// `MemTotal` of a `/proc/meminfo` text, in bytes.

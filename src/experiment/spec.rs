@@ -253,7 +253,7 @@ impl ExperimentSpec {
     /// Checks of the spec itself; every cell's resolved settings are then validated by
     /// resolving them ([`ExperimentSpec::resolve`]: finite floats, ranges, the task's
     /// sequence length against the model's), and each cell's estimated memory is checked
-    /// against this machine's ([`super::memory`]).
+    /// against this machine's (`src/experiment/memory.rs`).
     pub fn validate(&self) -> Result<()> {
         if self.seeds.is_empty() {
             bail!("key 'seeds': at least one seed is needed");
@@ -329,10 +329,7 @@ impl ExperimentSpec {
         }
         let cells = self.resolve("")?;
         // Before any compute: a cell the machine cannot hold would abort on an allocation.
-        if let Some(mem) = super::memory::machine_memory() {
-            super::memory::check_cells_fit(&cells, mem)?;
-        }
-        Ok(())
+        cells.iter().try_for_each(|c| c.check_fits_machine())
     }
 
     /// The seeds `regime` runs: its own list, or the spec's.
