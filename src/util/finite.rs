@@ -91,6 +91,7 @@ struct Walk {
 }
 
 impl Walk {
+    /// `Err` with the finding when `v` at the current path is NaN or infinite.
     fn float(&self, v: f64) -> Result<(), Stop> {
         if v.is_finite() {
             return Ok(());
@@ -128,6 +129,53 @@ struct Compound<'a> {
     key: String,
 }
 
+/// Serializer methods for values that hold no float: nothing to walk.
+macro_rules! skip_values {
+    ($($method:ident: $t:ty),*) => {$(
+        fn $method(self, _: $t) -> Result<(), Stop> {
+            Ok(())
+        }
+    )*};
+}
+
+/// Compound traits whose elements are walked by position (`seeds[1]`).
+macro_rules! walk_elements {
+    ($($tr:ident::$method:ident => $end:ident),*) => {$(
+        impl ser::$tr for Compound<'_> {
+            type Ok = ();
+            type Error = Stop;
+            fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
+                self.element(value)
+            }
+            fn end(self) -> Result<(), Stop> {
+                self.$end()
+            }
+        }
+    )*};
+}
+
+/// Compound traits whose fields are walked by name (`rl.optimizer.lr`).
+macro_rules! walk_fields {
+    ($($tr:ident => $end:ident),*) => {$(
+        impl ser::$tr for Compound<'_> {
+            type Ok = ();
+            type Error = Stop;
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                value: &T,
+            ) -> Result<(), Stop> {
+                self.walk.under(key.to_string(), value)
+            }
+            fn end(self) -> Result<(), Stop> {
+                self.$end()
+            }
+        }
+    )*};
+}
+
+/// Floats are checked; sequences, maps, structs and variants are walked with their path;
+/// every other value is skipped.
 impl<'a> ser::Serializer for &'a mut Walk {
     type Ok = ();
     type Error = Stop;
@@ -145,41 +193,10 @@ impl<'a> ser::Serializer for &'a mut Walk {
     fn serialize_f64(self, v: f64) -> Result<(), Stop> {
         self.float(v)
     }
-    fn serialize_bool(self, _: bool) -> Result<(), Stop> {
-        Ok(())
-    }
-    fn serialize_i8(self, _: i8) -> Result<(), Stop> {
-        Ok(())
-    }
-    fn serialize_i16(self, _: i16) -> Result<(), Stop> {
-        Ok(())
-    }
-    fn serialize_i32(self, _: i32) -> Result<(), Stop> {
-        Ok(())
-    }
-    fn serialize_i64(self, _: i64) -> Result<(), Stop> {
-        Ok(())
-    }
-    fn serialize_u8(self, _: u8) -> Result<(), Stop> {
-        Ok(())
-    }
-    fn serialize_u16(self, _: u16) -> Result<(), Stop> {
-        Ok(())
-    }
-    fn serialize_u32(self, _: u32) -> Result<(), Stop> {
-        Ok(())
-    }
-    fn serialize_u64(self, _: u64) -> Result<(), Stop> {
-        Ok(())
-    }
-    fn serialize_char(self, _: char) -> Result<(), Stop> {
-        Ok(())
-    }
-    fn serialize_str(self, _: &str) -> Result<(), Stop> {
-        Ok(())
-    }
-    fn serialize_bytes(self, _: &[u8]) -> Result<(), Stop> {
-        Ok(())
+    skip_values! {
+        serialize_bool: bool, serialize_i8: i8, serialize_i16: i16, serialize_i32: i32,
+        serialize_i64: i64, serialize_u8: u8, serialize_u16: u16, serialize_u32: u32,
+        serialize_u64: u64, serialize_char: char, serialize_str: &str, serialize_bytes: &[u8]
     }
     fn serialize_none(self) -> Result<(), Stop> {
         Ok(())
@@ -228,8 +245,7 @@ impl<'a> ser::Serializer for &'a mut Walk {
         variant: &'static str,
         _: usize,
     ) -> Result<Compound<'a>, Stop> {
-        self.path.push(variant.to_string());
-        Ok(Compound::new(self))
+        Ok(Compound::variant(self, variant))
     }
     fn serialize_map(self, _: Option<usize>) -> Result<Compound<'a>, Stop> {
         Ok(Compound::new(self))
@@ -244,12 +260,12 @@ impl<'a> ser::Serializer for &'a mut Walk {
         variant: &'static str,
         _: usize,
     ) -> Result<Compound<'a>, Stop> {
-        self.path.push(variant.to_string());
-        Ok(Compound::new(self))
+        Ok(Compound::variant(self, variant))
     }
 }
 
 impl<'a> Compound<'a> {
+    /// A compound at the walker's current path.
     fn new(walk: &'a mut Walk) -> Self {
         Compound {
             walk,
@@ -258,9 +274,21 @@ impl<'a> Compound<'a> {
         }
     }
 
+    /// The fields of the enum variant `name`, walked under its name.
+    fn variant(walk: &'a mut Walk, name: &str) -> Self {
+        walk.path.push(name.to_string());
+        Compound::new(walk)
+    }
+
+    /// The next element, walked at its position.
     fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
         self.next += 1;
         self.walk.element(self.next - 1, value)
+    }
+
+    /// The end of a sequence, map or struct.
+    fn end_plain(self) -> Result<(), Stop> {
+        Ok(())
     }
 
     /// The end of a variant's fields: its name leaves the path.
@@ -270,48 +298,17 @@ impl<'a> Compound<'a> {
     }
 }
 
-impl ser::SerializeSeq for Compound<'_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
+// The compound traits share two bodies: an element walked at its position, a field walked
+// under its name; a variant's name leaves the path at its end.
+walk_elements! {
+    SerializeSeq::serialize_element => end_plain,
+    SerializeTuple::serialize_element => end_plain,
+    SerializeTupleStruct::serialize_field => end_plain,
+    SerializeTupleVariant::serialize_field => end_variant
 }
-
-impl ser::SerializeTuple for Compound<'_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeTupleStruct for Compound<'_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeTupleVariant for Compound<'_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Stop> {
-        self.end_variant()
-    }
+walk_fields! {
+    SerializeStruct => end_plain,
+    SerializeStructVariant => end_variant
 }
 
 impl ser::SerializeMap for Compound<'_> {
@@ -331,36 +328,6 @@ impl ser::SerializeMap for Compound<'_> {
     }
     fn end(self) -> Result<(), Stop> {
         Ok(())
-    }
-}
-
-impl ser::SerializeStruct for Compound<'_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), Stop> {
-        self.walk.under(key.to_string(), value)
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeStructVariant for Compound<'_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), Stop> {
-        self.walk.under(key.to_string(), value)
-    }
-    fn end(self) -> Result<(), Stop> {
-        self.end_variant()
     }
 }
 
