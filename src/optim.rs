@@ -37,18 +37,30 @@ impl Default for AdamWConfig {
 }
 
 impl AdamWConfig {
+    /// Reject settings AdamW cannot use, naming the key, its value and the allowed range.
     pub fn validate(&self) -> anyhow::Result<()> {
-        let ok = self.lr.is_finite()
-            && self.lr >= 0.0
-            && (0.0..1.0).contains(&self.beta1)
-            && (0.0..1.0).contains(&self.beta2)
-            && self.eps > 0.0
-            && self.weight_decay >= 0.0
-            && self.grad_clip >= 0.0
-            && self.router_lr_mult >= 0.0;
+        let at_least_0 = [
+            ("lr", self.lr),
+            ("weight_decay", self.weight_decay),
+            ("grad_clip", self.grad_clip),
+            ("router_lr_mult", self.router_lr_mult),
+        ];
+        for (key, v) in at_least_0 {
+            anyhow::ensure!(
+                v.is_finite() && v >= 0.0,
+                "optimizer.{key} = {v}: must be a finite number >= 0"
+            );
+        }
+        for (key, v) in [("beta1", self.beta1), ("beta2", self.beta2)] {
+            anyhow::ensure!(
+                (0.0..1.0).contains(&v),
+                "optimizer.{key} = {v}: must be in [0, 1)"
+            );
+        }
         anyhow::ensure!(
-            ok,
-            "invalid optimizer settings {self:?}: need lr >= 0, 0 <= beta < 1, eps > 0, weight_decay >= 0, grad_clip >= 0, router_lr_mult >= 0"
+            self.eps.is_finite() && self.eps > 0.0,
+            "optimizer.eps = {}: must be a finite number > 0",
+            self.eps
         );
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! A cold start's settings, its eval accuracy and what it returns.
 
 use crate::model::{Model, Preset};
-use anyhow::Result;
+use anyhow::{Result, ensure};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -69,18 +69,32 @@ impl ColdStartConfig {
         }
     }
 
+    /// Reject settings the cold start cannot train with, naming the key and the allowed
+    /// range. `max_steps = 0` would hand RL the random initial model; `target_accuracy`
+    /// above 1 is allowed (it disables the early stop).
     pub fn validate(&self) -> Result<()> {
-        anyhow::ensure!(
-            self.batch_size >= 1,
-            "coldstart.batch_size must be at least 1"
-        );
-        anyhow::ensure!(
-            self.eval_every >= 1,
-            "coldstart.eval_every must be at least 1"
-        );
-        anyhow::ensure!(
+        let counts = [
+            ("max_steps", self.max_steps),
+            ("batch_size", self.batch_size),
+            ("eval_every", self.eval_every),
+        ];
+        for (key, v) in counts {
+            ensure!(v >= 1, "coldstart.{key} = {v}: must be at least 1");
+        }
+        ensure!(
             self.lr.is_finite() && self.lr > 0.0,
-            "coldstart.lr must be a positive number"
+            "coldstart.lr = {}: must be a finite number > 0",
+            self.lr
+        );
+        ensure!(
+            self.target_accuracy.is_finite() && self.target_accuracy >= 0.0,
+            "coldstart.target_accuracy = {}: must be a finite number >= 0 (above 1 disables the early stop)",
+            self.target_accuracy
+        );
+        ensure!(
+            self.aux_coef.is_finite() && self.aux_coef >= 0.0,
+            "coldstart.aux_coef = {}: must be a finite number >= 0",
+            self.aux_coef
         );
         Ok(())
     }

@@ -17,6 +17,7 @@ use crate::metrics::rows::CellId;
 use crate::model::{ModelConfig, Preset, RouterKind};
 use crate::rl::RlConfig;
 use crate::task::{TaskConfig, Tokenizer};
+use crate::util::finite::ensure_finite;
 use anyhow::{Context, Result, anyhow};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -171,7 +172,11 @@ impl ExperimentSpec {
     /// Every cell of the run, in the spec's canonical order (regime-major, then arm, then
     /// seed), each resolved and validated; `device` is recorded in each.
     pub fn resolve(&self, device: &str) -> Result<Vec<CellConfig>> {
+        // A spec built in code holds its floats as typed fields: check them before any range
+        // check reads them (a NaN fails every comparison and would be reported as a range).
+        ensure_finite(self, "")?;
         self.task.validate().context("key 'task'")?;
+        self.collapse.validate().context("key 'collapse'")?;
         let spec_coldstart: ColdStartConfig =
             overlay(&ColdStartConfig::for_preset(self.preset), &self.coldstart)
                 .context("key 'coldstart'")?;
@@ -193,8 +198,10 @@ impl ExperimentSpec {
                 .context("key 'coldstart' of the regime")
                 .with_context(at)?;
             let model = self.model_of(&regime, &arm).with_context(at)?;
+            task.check_fits_seq_len(model.max_seq_len)
+                .with_context(at)?;
             let rl = self.rl_of(&regime, &arm, &model).with_context(at)?;
-            out.push(CellConfig {
+            let cell = CellConfig {
                 experiment: self.name.clone(),
                 regime: regime.name.clone(),
                 arm: arm.name.clone(),
@@ -209,7 +216,10 @@ impl ExperimentSpec {
                 rl,
                 collapse: self.collapse.clone(),
                 device: device.into(),
-            });
+            };
+            // What `config.json` records must read back: JSON has no NaN or infinity.
+            ensure_finite(&cell, "").with_context(at)?;
+            out.push(cell);
         }
         Ok(out)
     }

@@ -5,6 +5,7 @@ pub mod cell;
 pub mod cell_groups;
 pub mod claim;
 mod figure_keys;
+pub mod memory;
 pub mod merge;
 pub mod regime;
 pub mod resume;

@@ -219,10 +219,27 @@ fn check_key_levels(doc: &toml::Table) -> Result<()> {
     Ok(())
 }
 
+/// `Err` naming the first seed `seeds` holds twice: each of its cells would run twice and be
+/// counted as two seeds.
+fn check_distinct_seeds(seeds: &[u64]) -> Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    if let Some(s) = seeds.iter().find(|s| !seen.insert(**s)) {
+        bail!(
+            "seed {s} appears twice (every seed must be distinct: a repeated seed would run the same cells twice)"
+        );
+    }
+    Ok(())
+}
+
 impl ExperimentSpec {
+    /// The spec of a TOML text; `origin` (the file) leads every error.
     pub fn from_toml(text: &str, origin: &str) -> Result<Self> {
         let doc: toml::Table =
             toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+        // Before anything reads the document: an override table would hold a TOML `nan` as
+        // JSON null, which names neither the key nor the value.
+        crate::util::finite::ensure_finite(&doc, "")
+            .with_context(|| format!("{origin}: invalid experiment"))?;
         check_key_levels(&doc).with_context(|| format!("{origin}: invalid experiment"))?;
         let spec: ExperimentSpec =
             toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
@@ -231,6 +248,7 @@ impl ExperimentSpec {
         Ok(spec)
     }
 
+    /// The spec of the file at `path`.
     pub fn load(path: &Path) -> Result<Self> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -238,11 +256,14 @@ impl ExperimentSpec {
     }
 
     /// Checks of the spec itself; every cell's resolved settings are then validated by
-    /// resolving them ([`ExperimentSpec::resolve`]).
+    /// resolving them ([`ExperimentSpec::resolve`]: finite floats, ranges, the task's
+    /// sequence length against the model's), and each cell's estimated memory is checked
+    /// against this machine's (`src/experiment/memory.rs`).
     pub fn validate(&self) -> Result<()> {
         if self.seeds.is_empty() {
             bail!("key 'seeds': at least one seed is needed");
         }
+        check_distinct_seeds(&self.seeds).context("key 'seeds'")?;
         if self.steps == 0 {
             bail!("key 'steps': must be at least 1");
         }
@@ -284,10 +305,8 @@ impl ExperimentSpec {
                         r.name
                     );
                 }
-                let distinct: std::collections::BTreeSet<_> = seeds.iter().collect();
-                if distinct.len() != seeds.len() {
-                    bail!("regime '{}', key 'seeds': a seed appears twice", r.name);
-                }
+                check_distinct_seeds(seeds)
+                    .with_context(|| format!("regime '{}', key 'seeds'", r.name))?;
             }
             for n in r.arms.iter().flatten() {
                 if !known.contains(&n.as_str()) {
@@ -313,7 +332,9 @@ impl ExperimentSpec {
                 );
             }
         }
-        self.resolve("").map(|_| ())
+        let cells = self.resolve("")?;
+        // Before any compute: a cell the machine cannot hold would abort on an allocation.
+        cells.iter().try_for_each(|c| c.check_fits_machine())
     }
 
     /// The seeds `regime` runs: its own list, or the spec's.
@@ -321,7 +342,8 @@ impl ExperimentSpec {
         regime.seeds.as_deref().unwrap_or(&self.seeds)
     }
 
-    /// Every seed list of the spec (the spec's and each regime's) replaced by `seeds`.
+    /// Every seed list of the spec (the spec's and each regime's) replaced by `seeds`; a list
+    /// with a seed twice (`--seeds 0,0`) is refused by [`ExperimentSpec::validate`].
     pub fn set_seeds(&mut self, seeds: Vec<u64>) {
         for r in &mut self.regimes {
             r.seeds = None;

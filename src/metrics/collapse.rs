@@ -15,6 +15,7 @@
 //! - `all_masked`: an update whose every token the masking corrections (IcePop, MIS, OPSM)
 //!   masked, so it was skipped; a warning, one event per such update.
 
+use anyhow::{Result, ensure};
 use serde::{Deserialize, Serialize};
 
 crate::named_enum! {
@@ -46,6 +47,8 @@ impl EventKind {
     }
 }
 
+/// The detector's thresholds (the rules in the module docs say what each does); checked by
+/// [`CollapseConfig::validate`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CollapseConfig {
@@ -77,6 +80,51 @@ impl Default for CollapseConfig {
             expert_min_load: super::drift::DEAD_EXPERT_LOAD,
             expert_patience: 10,
         }
+    }
+}
+
+impl CollapseConfig {
+    /// Reject thresholds outside the range their rule can use, naming the key and the range:
+    /// shares and fractions of a maximum in [0, 1], the EMA factor in [0, 1), ratio and
+    /// gradient-spike factors at least 1 (the on-policy ratio is 1; a spike factor below 1
+    /// flags half the updates), counts of steps at least 1.
+    pub fn validate(&self) -> Result<()> {
+        let counts = [
+            ("non_finite_stop", self.non_finite_stop),
+            ("reward_patience", self.reward_patience),
+            ("expert_patience", self.expert_patience),
+        ];
+        for (key, v) in counts {
+            ensure!(v >= 1, "collapse.{key} = {v}: must be at least 1");
+        }
+        let unit = [
+            ("reward_drop", self.reward_drop),
+            ("reward_min_max", self.reward_min_max),
+            ("entropy_drop", self.entropy_drop),
+            ("extreme_frac", self.extreme_frac),
+            ("expert_min_load", self.expert_min_load),
+        ];
+        for (key, v) in unit {
+            ensure!(
+                (0.0..=1.0).contains(&v),
+                "collapse.{key} = {v}: must be in [0, 1]"
+            );
+        }
+        ensure!(
+            (0.0..1.0).contains(&self.reward_ema),
+            "collapse.reward_ema = {}: must be in [0, 1) (the weight of the old average)",
+            self.reward_ema
+        );
+        for (key, v) in [
+            ("ratio_max", self.ratio_max),
+            ("grad_spike", self.grad_spike),
+        ] {
+            ensure!(
+                v.is_finite() && v >= 1.0,
+                "collapse.{key} = {v}: must be a finite number of at least 1"
+            );
+        }
+        Ok(())
     }
 }
 

@@ -215,6 +215,35 @@ impl ModelConfig {
         Ok(())
     }
 
+    /// Parameters of a model of this shape, counted from the sizes alone (the same count as
+    /// [`super::Weights::num_params`], without allocating them): saturating, so an absurd
+    /// size gives a huge count rather than an overflow.
+    pub fn num_params(&self) -> u128 {
+        let n = |x: usize| x as u128;
+        let mul = |a: u128, b: u128| a.saturating_mul(b);
+        let (d, v) = (n(self.d_model), n(self.vocab_size));
+        let swiglu = |f: usize| mul(3, mul(d, n(f)));
+        let ffn = match self.ffn {
+            FfnKind::Moe => mul(d, n(self.n_experts))
+                .saturating_add(mul(n(self.n_experts), swiglu(self.d_ff)))
+                .saturating_add(if self.shared_expert {
+                    swiglu(self.d_ff)
+                } else {
+                    0
+                }),
+            FfnKind::Dense => swiglu(self.dense_d_ff()),
+        };
+        // Norm gains, q|k|v, the output projection, the FFN.
+        let block = mul(2, d)
+            .saturating_add(mul(4, mul(d, d)))
+            .saturating_add(ffn);
+        // Embedding and the untied head, the final norm, the blocks.
+        mul(2, mul(v, d))
+            .saturating_add(d)
+            .saturating_add(mul(n(self.n_layers), block))
+    }
+
+    /// Width of one attention head.
     pub fn head_dim(&self) -> usize {
         self.d_model / self.n_heads
     }

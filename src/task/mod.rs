@@ -52,6 +52,7 @@ impl Default for TaskConfig {
 }
 
 impl TaskConfig {
+    /// Reject lengths and sizes the generator cannot serve, naming the key.
     pub fn validate(&self) -> Result<()> {
         if self.min_len == 0 || self.min_len > self.max_len {
             bail!(
@@ -83,6 +84,30 @@ impl TaskConfig {
             TaskKind::Sort | TaskKind::Reverse => self.max_len + 2,
             TaskKind::Add => 2 * self.max_len + 3,
         }
+    }
+
+    /// Longest sequence a model must hold for this task: the longest prompt, then the longest
+    /// answer with its `<eos>` (what the cold start trains on and a rollout generates).
+    pub fn max_seq_tokens(&self) -> usize {
+        self.max_prompt_tokens() + self.max_answer_tokens()
+    }
+
+    /// `Err` unless a model with `max_seq_len` positions holds this task's longest sequence,
+    /// naming both keys and the least length that works.
+    pub fn check_fits_seq_len(&self, max_seq_len: usize) -> Result<()> {
+        let need = self.max_seq_tokens();
+        if need > max_seq_len {
+            bail!(
+                "model.max_seq_len = {max_seq_len} is shorter than the task's longest sequence: \
+                 task {} with max_len {} needs {need} tokens (prompt {} + answer with <eos> {}); \
+                 set model.max_seq_len to at least {need} or lower task.max_len",
+                self.kind,
+                self.max_len,
+                self.max_prompt_tokens(),
+                self.max_answer_tokens()
+            );
+        }
+        Ok(())
     }
 }
 

@@ -2,6 +2,7 @@
 //! maps, the host's description, host/device tensor conversions and fast elementwise maths.
 
 pub mod fastmath;
+pub mod finite;
 pub mod hash;
 pub mod host;
 pub mod io;
