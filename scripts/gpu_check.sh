@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's Devices table on any machine with a GPU, in one log: the MoE layer, a toy and a
+# docs/devices.md's table on any machine with a GPU, in one log: the MoE layer, a toy and a
 # `medium` RL step on `--device wgpu` and on flex with every CPU thread of the same host, then
 # `driftlab check --device wgpu` against wgpu's own baseline: the committed
 # results/baselines/check-wgpu.json where there is one; where not, the first check writes one
