@@ -308,14 +308,25 @@ fn partial_runs_write_their_own_folder_and_another_runs_folder_is_refused_by_key
         .current_dir(&root)
         .args(["--threads", "1", "experiment"])
         .arg(&file)
-        .args(["--quick", "--arms", "gspo", "--jobs", "1", "--cache-dir", "cache"])
+        .args([
+            "--quick",
+            "--arms",
+            "gspo",
+            "--jobs",
+            "1",
+            "--cache-dir",
+            "cache",
+        ])
         .args(["--out", "results/from-path"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .unwrap();
     assert!(st.success());
-    assert_eq!(finished_statuses(&root.join("results/from-path")).unwrap()[0].arm, "gspo");
+    assert_eq!(
+        finished_statuses(&root.join("results/from-path")).unwrap()[0].arm,
+        "gspo"
+    );
     let (ok, log) = default_out(&root, "custom.log", &["--steps", "2", "--arms", "grpo"]);
     assert!(ok, "{log}");
     assert!(
@@ -425,7 +436,7 @@ fn quick_forms_never_spend_a_studys_seeds_and_bad_seed_and_job_lists_are_refused
     );
     std::fs::write(specs.join("fault_test.toml"), &text).unwrap();
     let (ok, log) = run("twice.log", &["--seeds", "0,0"]);
-    assert!(!ok && log.contains("seed 0 is given twice"), "{log}");
+    assert!(!ok && log.contains("seed 0 appears twice"), "{log}");
     let (ok, log) = run("jobs.log", &["--jobs", "0"]);
     assert!(!ok && log.contains("--jobs"), "{log}");
     let _ = std::fs::remove_dir_all(&root);

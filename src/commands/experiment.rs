@@ -100,9 +100,6 @@ pub fn spec(a: &ExperimentArgs) -> Result<ExperimentSpec> {
         spec.steps = s;
     }
     if let Some(s) = &a.seeds {
-        if let Some(d) = s.iter().enumerate().find(|(i, x)| s[..*i].contains(x)) {
-            bail!("--seeds: seed {} is given twice", d.1);
-        }
         spec.set_seeds(s.clone());
     }
     if let Some(p) = a.preset {

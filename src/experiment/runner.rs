@@ -119,6 +119,22 @@ pub fn run_experiment(spec: &ExperimentSpec, opts: &RunOptions) -> Result<Vec<Ce
     let ran: Vec<usize> = (0..all.len())
         .filter(|&i| opts.shard.is_none_or(|s| s.selects(i)))
         .collect();
+    // Each cell was checked against the machine's memory with the spec; cells side by side
+    // share it (an upper estimate, so this warns rather than refuses).
+    if let Some(mem) = super::memory::machine_memory() {
+        let side_by_side = opts.jobs.min(ran.len()).max(1);
+        let most = (ran.iter())
+            .map(|&i| all[i].memory_estimate().total())
+            .fold(0.0, f64::max);
+        if most * side_by_side as f64 > mem as f64 {
+            eprintln!(
+                "warning: {side_by_side} cells side by side may need up to {:.1} GiB of this \
+                 machine's {:.1} GiB (an upper estimate); --jobs 1 runs one at a time",
+                most * side_by_side as f64 / (1u64 << 30) as f64,
+                mem as f64 / (1u64 << 30) as f64
+            );
+        }
+    }
     std::fs::create_dir_all(&opts.out).with_context(|| {
         format!(
             "cannot create output folder {} (is it writable?)",
