@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::path::Path;
 
+use super::Role;
 use super::regime::LEGACY_REGIME_RL;
 pub use super::regime::{MapAt, RegimeSpec};
 
@@ -26,6 +27,11 @@ pub struct ArmSpec {
     /// `dense` for the control arm; default `moe`.
     #[serde(default)]
     pub ffn: FfnKind,
+    /// The part the arm plays in the report's claims (e.g. `role = "grpo_r3"`). Needed only
+    /// for an arm that sets knobs of its own (algorithm parameters, `rl` keys beyond `tis`,
+    /// `model` keys): the report never takes such an arm for a role it does not declare.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
     /// `[rl]` keys this arm sets for itself (e.g. `rl = { tis = { cap = 2.0 } }`), applied
     /// after the spec's `[rl]` and the regime's overrides, validated like `[rl]`.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
@@ -44,6 +50,7 @@ impl ArmSpec {
             algorithm,
             routing,
             ffn,
+            role: None,
             rl: Map::new(),
             model: Map::new(),
         }
@@ -192,6 +199,16 @@ fn check_key_levels(doc: &toml::Table) -> Result<()> {
     }
     for a in arms {
         let name = a.get("name").and_then(|n| n.as_str()).unwrap_or("?");
+        if let Some(role) = a.get("role") {
+            match role.as_str() {
+                Some(r) => Role::parse(r).map(|_| ()),
+                None => Err(anyhow::anyhow!(
+                    "expected a role name, got {role}; allowed: {}",
+                    Role::NAMES.join(", ")
+                )),
+            }
+            .with_context(|| format!("arm '{name}', key 'role'"))?;
+        }
         for (table, key) in [("rl", "algorithm"), ("rl", "routing"), ("model", "ffn")] {
             if a.get(table).and_then(|t| t.get(key)).is_some() {
                 bail!("arm '{name}', key '{table}.{key}': set the arm's own `{key}` key instead");
@@ -334,7 +351,50 @@ impl ExperimentSpec {
         }
         let cells = self.resolve("")?;
         // Before any compute: a cell the machine cannot hold would abort on an allocation.
-        cells.iter().try_for_each(|c| c.check_fits_machine())
+        cells.iter().try_for_each(|c| c.check_fits_machine())?;
+        self.validate_roles(&cells)
+    }
+
+    /// A declared role describes its arm (objective, routing, FFN and, in every cell, TIS),
+    /// and no two arms of one regime declare the same role.
+    fn validate_roles(&self, cells: &[super::cell::CellConfig]) -> Result<()> {
+        for a in &self.arms {
+            let Some(role) = a.role else { continue };
+            for c in cells.iter().filter(|c| c.arm == a.name) {
+                let tis = c.rl.tis.is_some();
+                if !role.fits(a.algorithm.kind(), a.routing, a.ffn, tis) {
+                    bail!(
+                        "arm '{}', key 'role': role '{role}' does not describe this arm \
+                         ({} with {} routing on the {} FFN, {}; regime '{}')",
+                        a.name,
+                        a.algorithm.kind(),
+                        a.routing,
+                        a.ffn.name(),
+                        if tis { "with TIS" } else { "without TIS" },
+                        c.regime
+                    );
+                }
+            }
+        }
+        for r in self.regimes() {
+            let mut seen: Vec<(Role, &str)> = Vec::new();
+            for a in &self.arms {
+                let Some(role) = a.role else { continue };
+                if r.arms.as_ref().is_some_and(|l| !l.contains(&a.name)) {
+                    continue;
+                }
+                if let Some((_, other)) = seen.iter().find(|(x, _)| *x == role) {
+                    bail!(
+                        "arms '{other}' and '{}' both declare role '{role}' in regime '{}': \
+                         a role is one arm's",
+                        a.name,
+                        r.name
+                    );
+                }
+                seen.push((role, &a.name));
+            }
+        }
+        Ok(())
     }
 
     /// The seeds `regime` runs: its own list, or the spec's.

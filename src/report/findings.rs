@@ -1,8 +1,9 @@
 //! The findings section: for each published claim, its endpoints ([`super::endpoints`]) per
 //! regime with paired statistics over seeds, Holm-adjusted verdicts, and the arm means that
 //! put them in context. Computed from the Parquet frames and `config.json` only. The arms a
-//! claim compares are found by what they are (objective, routing mode, FFN, default settings),
-//! never by their names; a claim whose arms the run does not have is reported as not measured.
+//! claim compares are found by their declared role, else by what they are (objective, routing
+//! mode, FFN, no knobs of their own; [`super::roles`]), never by their names; a claim whose arms
+//! the run does not have is reported as not measured.
 
 use super::claims::{CONTROL_METRICS, def};
 use super::endpoints::{

@@ -1,7 +1,7 @@
 //! What `config.json` says about a run: each cell's resolved configuration (the spec order of
 //! the cells and each arm's identity) and the regimes' descriptions.
 
-use crate::experiment::{CellConfig, Claim, ExperimentSpec, RegimeSpec};
+use crate::experiment::{ArmSpec, CellConfig, Claim, ExperimentSpec, RegimeSpec, Role};
 use crate::model::FfnKind;
 use crate::rl::{Algorithm, AlgorithmKind, RlConfig, RoutingMode};
 use anyhow::{Context, Result};
@@ -14,11 +14,14 @@ pub struct Identity {
     pub algorithm: AlgorithmKind,
     pub routing: RoutingMode,
     pub ffn: FfnKind,
-    /// The algorithm's parameters and the arm's own `[rl]` settings are the defaults of the
-    /// run (the arm differs from its peers only by `algorithm`, `routing` and `ffn`).
+    /// The arm sets no knobs of its own: its algorithm's parameters are the defaults and its
+    /// `[[arms]]` entry sets no `rl` key but `tis` and no `model` key (without the spec's
+    /// arms: it runs the same settings as every peer of its regime).
     pub default_knobs: bool,
     /// The arm weights its tokens by truncated importance sampling against the engine.
     pub tis: bool,
+    /// The role its `[[arms]]` entry declares.
+    pub role: Option<Role>,
 }
 
 /// The run's cells as `config.json` records them; empty when there is none.
@@ -26,6 +29,8 @@ pub struct Identity {
 pub struct RunInfo {
     pub cells: Vec<CellConfig>,
     pub regimes: Vec<RegimeSpec>,
+    /// The spec's arms (their own settings and declared roles); empty without a spec.
+    pub arms: Vec<ArmSpec>,
     /// The claims the spec declared ([`crate::experiment::DEFAULT_CLAIMS`] when it names none).
     pub claims: Vec<Claim>,
     /// Declared claims described without a test (the spec's `secondary`).
@@ -48,6 +53,7 @@ impl Default for RunInfo {
         RunInfo {
             cells: Vec::new(),
             regimes: Vec::new(),
+            arms: Vec::new(),
             claims: Claim::of_letters(crate::experiment::DEFAULT_CLAIMS),
             secondary: Vec::new(),
             reversal: false,
@@ -134,6 +140,7 @@ impl RunInfo {
             reversal: spec.reversal,
             sweep: spec.sweep,
             regimes: spec.regimes,
+            arms: spec.arms,
             slimmed,
             ran,
             found: true,
@@ -172,18 +179,27 @@ impl RunInfo {
             .cells
             .iter()
             .find(|c| c.regime == regime && c.arm == arm)?;
-        let peers: Vec<&CellConfig> = self.cells.iter().filter(|p| p.regime == regime).collect();
+        let spec_arm = self.arms.iter().find(|a| a.name == arm);
+        let own_knobs = match spec_arm {
+            Some(a) => a.rl.keys().any(|k| k != "tis") || !a.model.is_empty(),
+            None => {
+                let peers: Vec<&CellConfig> =
+                    self.cells.iter().filter(|p| p.regime == regime).collect();
+                !(peers.iter().all(|p| same_knobs(&p.rl, &c.rl))
+                    && peers
+                        .iter()
+                        .filter(|p| p.model.ffn == c.model.ffn)
+                        .all(|p| p.model == c.model))
+            }
+        };
         Some(Identity {
             algorithm: c.rl.algorithm.kind(),
             routing: c.rl.routing,
             ffn: c.model.ffn,
             default_knobs: c.rl.algorithm == Algorithm::default_of(c.rl.algorithm.kind())
-                && peers.iter().all(|p| same_knobs(&p.rl, &c.rl))
-                && peers
-                    .iter()
-                    .filter(|p| p.model.ffn == c.model.ffn)
-                    .all(|p| p.model == c.model),
+                && !own_knobs,
             tis: c.rl.tis.is_some(),
+            role: spec_arm.and_then(|a| a.role),
         })
     }
 

@@ -2,7 +2,7 @@
 //! reward gains (identical arms kept out of Holm's family), per-seed means over distinct arms,
 //! and the context lines' shared pieces.
 
-use crate::experiment::Claim;
+use crate::experiment::{Claim, Role};
 use crate::report::endpoints::{Claimed, Endpoint};
 use crate::report::fmt::fmt_ci;
 use crate::report::load::RunFrames;
@@ -100,8 +100,27 @@ pub(crate) fn ci(m: &MeanCi) -> String {
     fmt_ci(m, "n/a")
 }
 
-/// The line of a claim whose arms this regime does not have: `needs` says which.
-pub(crate) fn not_measured(md: &mut String, r: &Regime, needs: &str) -> Result<()> {
-    writeln!(md, "- `{}`: not measured (needs {needs}).", r.name)?;
+/// The line of a claim whose arms this regime does not have: `needs` says which, and the
+/// arms that would fit one of `roles` but were passed over (knobs of their own, no declared
+/// role) are named.
+pub(crate) fn not_measured(md: &mut String, r: &Regime, needs: &str, roles: &[Role]) -> Result<()> {
+    let passed: Vec<String> = roles
+        .iter()
+        .flat_map(|&role| {
+            r.arms
+                .passed_over(role)
+                .into_iter()
+                .map(move |a| format!("`{}` for `{role}`", a.name))
+        })
+        .collect();
+    let passed = if passed.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; passed over, as it sets knobs of its own and declares no `role`: {}",
+            passed.join(", ")
+        )
+    };
+    writeln!(md, "- `{}`: not measured (needs {needs}{passed}).", r.name)?;
     Ok(())
 }

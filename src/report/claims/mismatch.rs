@@ -2,7 +2,7 @@
 
 use super::claim_def::{ClaimDef, Scope};
 use super::compare::{RegimeData, ci, name, not_measured, reward_gain, seeds_of};
-use crate::experiment::Claim;
+use crate::experiment::{Claim, Role};
 use crate::report::endpoints::{Claimed, Endpoint};
 use crate::report::paired::Scale;
 use crate::report::regime::Regime;
@@ -82,7 +82,7 @@ pub(super) fn kl(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()> {
 /// (f): the engine–trainer KLs.
 pub(super) fn kl_line(md: &mut String, r: &Regime) -> Result<()> {
     let Some(m) = r.arms.grpo(RoutingMode::Native) else {
-        return not_measured(md, r, "a GRPO arm with native routing");
+        return not_measured(md, r, "a GRPO arm with native routing", &[Role::Grpo]);
     };
     let mut line = format!(
         "- `{}`: k3 KL per token {} (MoE) {}; share of token-layer routes that differ {}",
@@ -193,7 +193,12 @@ pub(super) fn extreme_line(md: &mut String, r: &Regime) -> Result<()> {
     .flatten()
     .collect();
     if arms.is_empty() {
-        return not_measured(md, r, "GRPO arms (native, r3) or a dense control");
+        return not_measured(
+            md,
+            r,
+            "GRPO arms (native, r3) or a dense control",
+            &[Role::Grpo, Role::GrpoR3, Role::Dense],
+        );
     }
     let parts: Vec<String> = arms
         .iter()
@@ -228,7 +233,12 @@ pub(super) fn tis(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()> {
 /// (i): GRPO with TIS against plain GRPO.
 pub(super) fn tis_line(md: &mut String, r: &Regime) -> Result<()> {
     let (Some(t), Some(g)) = (r.arms.grpo_tis(), r.arms.grpo(RoutingMode::Native)) else {
-        return not_measured(md, r, "GRPO arms with and without TIS");
+        return not_measured(
+            md,
+            r,
+            "GRPO arms with and without TIS",
+            &[Role::GrpoTis, Role::Grpo],
+        );
     };
     writeln!(
         md,

@@ -2,7 +2,7 @@
 
 use super::claim_def::{ClaimDef, Scope};
 use super::compare::{RegimeData, ci, name, not_measured, reward_gain};
-use crate::experiment::Claim;
+use crate::experiment::{Claim, Role};
 use crate::report::endpoints::{Claimed, Endpoint};
 use crate::report::paired::Scale;
 use crate::report::regime::Regime;
@@ -51,7 +51,12 @@ pub(super) fn gspo_stable(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()>
 /// (c): GSPO without replay, its stability.
 pub(super) fn gspo_stable_line(md: &mut String, r: &Regime) -> Result<()> {
     let (Some(g), Some(r2)) = (r.arms.gspo(), r.arms.grpo(RoutingMode::R2)) else {
-        return not_measured(md, r, "a GSPO arm and a GRPO arm with r2 routing");
+        return not_measured(
+            md,
+            r,
+            "a GSPO arm and a GRPO arm with r2 routing",
+            &[Role::Gspo, Role::GrpoR2],
+        );
     };
     writeln!(
         md,
@@ -82,7 +87,7 @@ pub(super) fn gvpo(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()> {
 /// (h): GVPO against GRPO and GSPO.
 pub(super) fn gvpo_line(md: &mut String, r: &Regime) -> Result<()> {
     let Some(v) = r.arms.gvpo() else {
-        return not_measured(md, r, "a GVPO arm");
+        return not_measured(md, r, "a GVPO arm", &[Role::Gvpo]);
     };
     let mut line = format!(
         "- `{}`: final reward {} {}, collapsed cells {}",
@@ -172,7 +177,7 @@ pub(super) fn compute(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()> {
 /// (j): total compute of the arms compared on it.
 pub(super) fn compute_line(md: &mut String, r: &Regime) -> Result<()> {
     let Some(r2) = r.arms.grpo(RoutingMode::R2) else {
-        return not_measured(md, r, "a GRPO arm with r2 routing");
+        return not_measured(md, r, "a GRPO arm with r2 routing", &[Role::GrpoR2]);
     };
     let c = crate::report::compute::curves(&r.frames.steps)?;
     let total = |a: &ArmSummary| {

@@ -3,7 +3,7 @@
 
 use super::claim_def::{ClaimDef, Scope};
 use super::compare::{RegimeData, ci, name, not_measured, over_distinct_arms};
-use crate::experiment::Claim;
+use crate::experiment::{Claim, Role};
 use crate::report::endpoints::{Claimed, EXPONENT_MARGIN, Endpoint};
 use crate::report::lengths::{
     Bin, Prefix, cell_bins, cell_prefixes, length_exponent, off_policy_variances, prefix_exponent,
@@ -59,7 +59,12 @@ pub(super) fn clips(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()> {
 /// (d): GSPO's clipping against GRPO's.
 pub(super) fn clips_line(md: &mut String, r: &Regime) -> Result<()> {
     let (Some(g), Some(p)) = (r.arms.gspo(), r.arms.grpo(RoutingMode::Native)) else {
-        return not_measured(md, r, "a GSPO arm and a GRPO arm with native routing");
+        return not_measured(
+            md,
+            r,
+            "a GSPO arm and a GRPO arm with native routing",
+            &[Role::Gspo, Role::Grpo],
+        );
     };
     writeln!(
         md,
@@ -246,6 +251,7 @@ pub(super) fn prefix_line(md: &mut String, r: &Regime) -> Result<()> {
             md,
             r,
             "a prefixes frame (runs from before it existed have none)",
+            &[],
         );
     };
     let infl: Vec<f64> = cells

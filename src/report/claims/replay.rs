@@ -3,7 +3,7 @@
 
 use super::claim_def::{ClaimDef, Scope};
 use super::compare::{RegimeData, ci, name, not_measured, reward_gain, twins};
-use crate::experiment::Claim;
+use crate::experiment::{Claim, Role};
 use crate::report::endpoints::{Claimed, Endpoint};
 use crate::report::paired::Scale;
 use crate::report::regime::Regime;
@@ -77,6 +77,7 @@ pub(super) fn replay_line(md: &mut String, r: &Regime) -> Result<()> {
             md,
             r,
             "a GRPO arm with native routing and one with r2 or r3",
+            &[Role::Grpo, Role::GrpoR2, Role::GrpoR3],
         );
     };
     let mut line = format!(

@@ -21,6 +21,7 @@ fn id(routing: RoutingMode, ffn: FfnKind) -> Identity {
         ffn,
         default_knobs: true,
         tis: false,
+        role: None,
     }
 }
 
