@@ -168,10 +168,18 @@ fn sigkill_keeps_every_cell_finished_before_the_last_write_and_resume_runs_only_
         .spawn()
         .unwrap();
     wait_for_cells(&mut child, &out, 3);
-    // A write at least `flush_secs` (0.3 s) after the third cell finished lists it: kill well
-    // after that, in the middle of a later cell. (Killed the instant its rows are on disk, the
-    // status written right after them may not be.)
-    std::thread::sleep(Duration::from_millis(1000));
+    // A write at most `flush_secs` (0.3 s) and a step after the third cell finished lists it
+    // in status.json (killed the instant its rows are on disk, the status written right after
+    // them may not be there yet). Allow 3 s; then kill, in the middle of a later cell.
+    let t0 = Instant::now();
+    while finished_statuses(&out).map_or(0, |v| v.len()) < 3 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "status.json lists {} cells 3 s after the frames held 3 complete ones",
+            finished_statuses(&out).map_or(0, |v| v.len())
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert!(
         child.try_wait().unwrap().is_none(),
         "the run ended before it could be killed"
@@ -576,7 +584,16 @@ fn frames_are_in_canonical_order_whatever_order_the_cells_finished_in() {
     for (out, jobs) in [(&one, "1"), (&two, "2")] {
         let specs = write_spec(&root);
         let st = Command::new(env!("CARGO_BIN_EXE_driftlab"))
-            .args(["--threads", "1", "experiment", "fault_test", "--steps", "10", "--jobs", jobs])
+            .args([
+                "--threads",
+                "1",
+                "experiment",
+                "fault_test",
+                "--steps",
+                "10",
+                "--jobs",
+                jobs,
+            ])
             .arg("--specs")
             .arg(&specs)
             .arg("--cache-dir")
@@ -590,9 +607,8 @@ fn frames_are_in_canonical_order_whatever_order_the_cells_finished_in() {
         assert!(st.success());
     }
     for schema in frames() {
-        let read = |d: &Path| {
-            common::without_timings(read_parquet(&d.join(schema.file_name())).unwrap())
-        };
+        let read =
+            |d: &Path| common::without_timings(read_parquet(&d.join(schema.file_name())).unwrap());
         assert!(
             read(&one).equals_missing(&read(&two)),
             "{}: the rows of --jobs 2 are not in --jobs 1's order",

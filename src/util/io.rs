@@ -1,5 +1,7 @@
-//! Files on disk: every write goes through a temporary file and a rename, so a crash, a full
-//! disk or Ctrl-C never leaves a half-written file in place of a good one.
+//! Files on disk: every write goes through a temporary file and a rename, so a killed process,
+//! a full disk or Ctrl-C never leaves a half-written file in place of a good one. Nothing is
+//! fsynced: after a power cut the replaced file is whole only where the file system commits a
+//! file's data before a rename that replaces another (ext4's default, `auto_da_alloc`).
 
 use anyhow::{Context, Result};
 use polars::prelude::*;
