@@ -4,46 +4,25 @@ use anyhow::{Result, bail};
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::str::FromStr;
 
-/// Which compute device a run uses. Never `Device::default()`: that picks whatever backend the
-/// build happens to enable first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum DeviceChoice {
-    /// burn's pure-Rust CPU backend (default; deterministic).
-    #[default]
-    Flex,
-    /// burn's wgpu backend on the best available GPU adapter.
-    Wgpu,
-    /// burn's wgpu backend on a CPU adapter (a software Vulkan such as Mesa's lavapipe).
-    #[value(name = "wgpu-cpu")]
-    WgpuCpu,
-    /// burn's CUDA backend (cargo feature `cuda`, opt-in).
-    Cuda,
-}
-
-impl fmt::Display for DeviceChoice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            DeviceChoice::Flex => "flex",
-            DeviceChoice::Wgpu => "wgpu",
-            DeviceChoice::WgpuCpu => "wgpu-cpu",
-            DeviceChoice::Cuda => "cuda",
-        })
+crate::named_enum! {
+    /// Which compute device a run uses. Never `Device::default()`: that picks whatever backend
+    /// the build happens to enable first.
+    pub enum DeviceChoice("device") {
+        /// burn's pure-Rust CPU backend (default; deterministic).
+        Flex = "flex",
+        /// burn's wgpu backend on the best available GPU adapter.
+        Wgpu = "wgpu",
+        /// burn's wgpu backend on a CPU adapter (a software Vulkan such as Mesa's lavapipe).
+        WgpuCpu = "wgpu-cpu",
+        /// burn's CUDA backend (cargo feature `cuda`, opt-in).
+        Cuda = "cuda",
     }
 }
 
-impl FromStr for DeviceChoice {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "flex" => Ok(DeviceChoice::Flex),
-            "wgpu" => Ok(DeviceChoice::Wgpu),
-            "wgpu-cpu" => Ok(DeviceChoice::WgpuCpu),
-            "cuda" => Ok(DeviceChoice::Cuda),
-            other => bail!("unknown device '{other}'; allowed: flex, wgpu, wgpu-cpu, cuda"),
-        }
+impl Default for DeviceChoice {
+    fn default() -> Self {
+        DeviceChoice::Flex
     }
 }
 

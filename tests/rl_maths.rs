@@ -380,7 +380,7 @@ fn policy_batch(
 #[test]
 fn micro_batch_losses_add_up_to_the_minibatch_loss_and_gradient() {
     use driftlab::rl::loss::LossStats;
-    use driftlab::rl::micro::micro_share;
+    use driftlab::rl::loss::micro_share;
     let (logp, lens, rewards) = split_case();
     let wide = GspoConfig {
         eps_low: 0.2,

@@ -6,70 +6,65 @@
 use serde::{Serialize, Serializer};
 use std::fmt;
 
-/// A claim the report knows, in report order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Claim {
-    /// (a) share of activated experts that change per update.
-    DriftShare,
-    /// (b) GRPO without Routing Replay against GRPO with R2/R3.
-    Replay,
-    /// (c) GSPO without replay not worse than GRPO with R2.
-    GspoStable,
-    /// (d) GSPO clips far more tokens than GRPO.
-    GspoClips,
-    /// (e) token-ratio noise accumulates with length; the length-normalised ratio does not.
-    RatioVariance,
-    /// (f) the engine/trainer mismatch: MoE above dense, R3 below native.
-    Mismatch,
-    /// (g) tokens with an engine/trainer ratio beyond 2: MoE above dense, R3 below native.
-    ExtremeShare,
-    /// (h) GVPO at least as good as GRPO, on- and off-policy.
-    GvpoReward,
-    /// (i) truncated importance sampling against the engine helps GRPO.
-    TisReward,
-    /// (j) GSPO reaches GRPO + R2's reward with less compute.
-    ComputeToReach,
-    /// (k) more experts change per update in deeper models.
-    DepthDrift,
-    /// (l) every arm against its regime's control (the stability map).
-    Control,
-    /// (m) claim (e) with difficulty held fixed: token-ratio noise accumulates along the
-    /// prefixes of the same responses beyond uncorrelated tokens; their mean does not.
-    PrefixVariance,
-    /// (n) where GRPO breaks (a drift regime with a control), every fix against GRPO without
-    /// replay on the final greedy eval accuracy: one primary family.
-    FixLeaderboard,
-    /// (o) what sets drift per update: a multiplicative fit on depth, width, experts, learning
-    /// rate and minibatches, checked on held-out configurations and carried to the paper's model.
-    ScaleDrift,
+/// The registry of claims: one row a claim (variant, letter, what it claims). The enum, its
+/// [`Claim::ALL`] order and [`CLAIM_LETTERS`] are all generated from these rows, so a new claim
+/// is one row here plus its definition in its family's file under `src/report/claims/`.
+macro_rules! claims {
+    ($( $(#[$doc:meta])* $V:ident = $letter:literal ),+ $(,)?) => {
+        /// A claim the report knows, in report order.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Claim { $( $(#[$doc])* $V ),+ }
+
+        /// The letters of the claims, in [`Claim::ALL`] order.
+        pub const CLAIM_LETTERS: &[char] = &[$($letter),+];
+
+        impl Claim {
+            /// Every claim, in report order.
+            pub const ALL: &'static [Claim] = &[$(Claim::$V),+];
+        }
+    };
 }
 
-/// The letters of the claims, in [`Claim::ALL`] order.
-pub const CLAIM_LETTERS: &[char] = &[
-    'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l', 'm', 'n', 'o',
-];
+claims! {
+    /// (a) share of activated experts that change per update.
+    DriftShare = 'a',
+    /// (b) GRPO without Routing Replay against GRPO with R2/R3.
+    Replay = 'b',
+    /// (c) GSPO without replay not worse than GRPO with R2.
+    GspoStable = 'c',
+    /// (d) GSPO clips far more tokens than GRPO.
+    GspoClips = 'd',
+    /// (e) token-ratio noise accumulates with length; the length-normalised ratio does not.
+    RatioVariance = 'e',
+    /// (f) the engine/trainer mismatch: MoE above dense, R3 below native.
+    Mismatch = 'f',
+    /// (g) tokens with an engine/trainer ratio beyond 2: MoE above dense, R3 below native.
+    ExtremeShare = 'g',
+    /// (h) GVPO at least as good as GRPO, on- and off-policy.
+    GvpoReward = 'h',
+    /// (i) truncated importance sampling against the engine helps GRPO.
+    TisReward = 'i',
+    /// (j) GSPO reaches GRPO + R2's reward with less compute.
+    ComputeToReach = 'j',
+    /// (k) more experts change per update in deeper models.
+    DepthDrift = 'k',
+    /// (l) every arm against its regime's control (the stability map).
+    Control = 'l',
+    /// (m) claim (e) with difficulty held fixed: token-ratio noise accumulates along the
+    /// prefixes of the same responses beyond uncorrelated tokens; their mean does not.
+    PrefixVariance = 'm',
+    /// (n) where GRPO breaks (a drift regime with a control), every fix against GRPO without
+    /// replay on the final greedy eval accuracy: one primary family.
+    FixLeaderboard = 'n',
+    /// (o) what sets drift per update: a multiplicative fit on depth, width, experts, learning
+    /// rate and minibatches, checked on held-out configurations and carried to the paper's model.
+    ScaleDrift = 'o',
+}
+
 /// The claims a spec that names none tests: (a)–(f), the flagship's family.
 pub const DEFAULT_CLAIMS: &[char] = &['a', 'b', 'c', 'd', 'e', 'f'];
 
 impl Claim {
-    pub const ALL: [Claim; 15] = [
-        Claim::DriftShare,
-        Claim::Replay,
-        Claim::GspoStable,
-        Claim::GspoClips,
-        Claim::RatioVariance,
-        Claim::Mismatch,
-        Claim::ExtremeShare,
-        Claim::GvpoReward,
-        Claim::TisReward,
-        Claim::ComputeToReach,
-        Claim::DepthDrift,
-        Claim::Control,
-        Claim::PrefixVariance,
-        Claim::FixLeaderboard,
-        Claim::ScaleDrift,
-    ];
-
     /// The claim's letter.
     pub fn letter(self) -> char {
         CLAIM_LETTERS[self as usize]
@@ -77,7 +72,7 @@ impl Claim {
 
     /// The claim of a letter; None for a letter no claim has.
     pub fn from_letter(c: char) -> Option<Claim> {
-        Claim::ALL.into_iter().find(|x| x.letter() == c)
+        Claim::ALL.iter().copied().find(|x| x.letter() == c)
     }
 
     /// Claims of letters a spec has already validated (unknown letters are dropped).
@@ -109,7 +104,7 @@ mod tests {
     #[test]
     fn letters_and_claims_correspond_one_to_one() {
         assert_eq!(CLAIM_LETTERS.len(), Claim::ALL.len());
-        for (i, c) in Claim::ALL.into_iter().enumerate() {
+        for (i, &c) in Claim::ALL.iter().enumerate() {
             assert_eq!(c as usize, i);
             assert_eq!(Claim::from_letter(c.letter()), Some(c));
         }

@@ -352,16 +352,19 @@ impl ExperimentSpec {
         let cells = self.resolve("")?;
         // Before any compute: a cell the machine cannot hold would abort on an allocation.
         cells.iter().try_for_each(|c| c.check_fits_machine())?;
-        self.validate_roles(&cells)
+        let tis: Vec<(&str, &str, bool)> = (cells.iter())
+            .map(|c| (c.arm.as_str(), c.regime.as_str(), c.rl.tis.is_some()))
+            .collect();
+        self.validate_roles(&tis)
     }
 
-    /// A declared role describes its arm (objective, routing, FFN and, in every cell, TIS),
-    /// and no two arms of one regime declare the same role.
-    fn validate_roles(&self, cells: &[super::cell::CellConfig]) -> Result<()> {
+    /// A declared role describes its arm (objective, routing, FFN and, in every cell, TIS:
+    /// `tis` holds each cell's arm, regime and whether it runs TIS), and no two arms of one
+    /// regime declare the same role.
+    fn validate_roles(&self, tis: &[(&str, &str, bool)]) -> Result<()> {
         for a in &self.arms {
             let Some(role) = a.role else { continue };
-            for c in cells.iter().filter(|c| c.arm == a.name) {
-                let tis = c.rl.tis.is_some();
+            for &(_, regime, tis) in tis.iter().filter(|c| c.0 == a.name) {
                 if !role.fits(a.algorithm.kind(), a.routing, a.ffn, tis) {
                     bail!(
                         "arm '{}', key 'role': role '{role}' does not describe this arm \
@@ -371,7 +374,7 @@ impl ExperimentSpec {
                         a.routing,
                         a.ffn.name(),
                         if tis { "with TIS" } else { "without TIS" },
-                        c.regime
+                        regime
                     );
                 }
             }

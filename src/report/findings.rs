@@ -201,7 +201,7 @@ pub fn findings_md(regs: &[Regime], eps: &[Endpoint]) -> Result<String> {
         verdict_table(&mut md, eps)?;
     }
     let declared = regs.first().map_or(&[][..], |r| r.claims.as_slice());
-    for claim in Claim::ALL.into_iter().filter(|c| declared.contains(c)) {
+    for claim in Claim::ALL.iter().copied().filter(|c| declared.contains(c)) {
         let def = def(claim);
         writeln!(md, "\n{}\n", def.heading)?;
         let mine: Vec<&Endpoint> = eps.iter().filter(|e| e.claim == claim).collect();

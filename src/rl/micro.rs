@@ -3,13 +3,13 @@
 //!
 //! A minibatch (one optimizer step) holds whole prompt groups; it is processed as micro-batches
 //! of whole groups, each with its own forward, loss and backward. Their losses are weighted by
-//! [`micro_share`] so that they add up to the minibatch's loss, and their gradients are summed
+//! [`micro_share`](super::loss::micro_share) so that they add up to the minibatch's loss, and their gradients are summed
 //! ([`accumulate`]). The load-balancing loss keeps the *whole minibatch's* routed-slot
 //! fractions (`aux_loss_of_parts`), so splitting changes rounding only, not the objective.
 //! Micro-batches run in parallel when the thread pool has more than one thread.
 
-use super::config::{Aggregation, Algorithm, RlConfig};
-use super::loss::{LossStats, PolicyBatch};
+use super::config::RlConfig;
+use super::loss::LossStats;
 use super::rollout::Rollout;
 use crate::model::moe::LoadTerms;
 use crate::model::{Model, SeqBatch, Shared, aux_loss_of_parts};
@@ -132,24 +132,9 @@ pub fn minibatches(ro: &Rollout, group_size: usize, n: usize) -> Vec<Minibatch> 
         .collect()
 }
 
-/// Weight of a micro-batch's loss in the loss of its minibatch (`rows`, `tokens` in all): the
-/// share of the objective's averaging units it holds (tokens for CISPO and GRPO with `token_mean`,
-/// responses for everything else, which also covers GVPO's mean over equal-sized groups), so
-/// that the weighted sum of the micro-batch losses is the minibatch loss, and the sum of their
-/// weighted gradients its gradient.
-pub fn micro_share(alg: &Algorithm, part: &PolicyBatch, rows: usize, tokens: usize) -> f32 {
-    match alg {
-        Algorithm::Grpo(c) if c.aggregation == Aggregation::TokenMean => {
-            part.n_tok() as f32 / tokens as f32
-        }
-        Algorithm::Cispo(_) => part.n_tok() as f32 / tokens as f32,
-        _ => part.n_resp() as f32 / rows as f32,
-    }
-}
-
 impl LossStats {
     /// The statistics of a minibatch from those of its micro-batches (in row order) and their
-    /// [`micro_share`]s: per-token and per-response vectors are concatenated, the loss and the
+    /// [`micro_share`](super::loss::micro_share)s: per-token and per-response vectors are concatenated, the loss and the
     /// KL are share-weighted sums.
     pub fn concat(parts: Vec<(LossStats, f32)>) -> LossStats {
         let mut out = LossStats::default();
@@ -206,7 +191,7 @@ impl LossStats {
 pub struct MicroForward {
     pub train: Model,
     pub stats: LossStats,
-    /// [`micro_share`] of the policy loss.
+    /// [`micro_share`](super::loss::micro_share) of the policy loss.
     pub share: f32,
     /// Share of the minibatch's real tokens (the z-loss averages over real tokens).
     pub active_share: f32,

@@ -1,8 +1,9 @@
 //! The claims the report tests, as one registry. Each claim has a heading, its endpoints
 //! (declared here in code, before any run is read) and the context line written under its
 //! table. There is one file per claim family, and [`def`] is the one `match` from a [`Claim`]
-//! to its definition. Adding a claim takes a [`Claim`] variant, a [`ClaimDef`] constant in its
-//! family's file and an arm in [`def`].
+//! to its definition. Adding a claim takes its row in the `claims!` registry
+//! (`src/experiment/claim.rs`: variant, letter, what it claims), a [`ClaimDef`] constant in its
+//! family's file and its arm in [`def`] (which the compiler asks for).
 
 mod claim_def;
 mod compare;
@@ -49,7 +50,7 @@ pub fn def(c: Claim) -> ClaimDef {
 /// The endpoints of one regime's declared per-regime claims, in claim order.
 pub fn declare_regime(r: &RegimeData) -> Result<Vec<Endpoint>> {
     let mut out = Vec::new();
-    for c in Claim::ALL.into_iter().filter(|c| r.claims.contains(c)) {
+    for c in Claim::ALL.iter().copied().filter(|c| r.claims.contains(c)) {
         if let Scope::PerRegime(f) = def(c).scope {
             f(r, &mut out)?;
         }
@@ -73,7 +74,7 @@ pub fn declare(regs: &[Regime]) -> Result<Vec<Endpoint>> {
         })?);
     }
     let declared = regs.first().map_or(&[][..], |r| r.claims.as_slice());
-    for c in Claim::ALL.into_iter().filter(|c| declared.contains(c)) {
+    for c in Claim::ALL.iter().copied().filter(|c| declared.contains(c)) {
         if let Scope::AcrossRegimes(f) = def(c).scope {
             eps.extend(f(regs));
         }

@@ -9,7 +9,7 @@ pub mod gvpo;
 
 pub use contract::{LossStats, PolicyBatch};
 
-use super::config::{Algorithm, TisConfig};
+use super::config::{Aggregation, Algorithm, TisConfig};
 use burn::tensor::Tensor;
 
 /// The objective's loss (a `[1]` tensor with graph) and its statistics.
@@ -25,5 +25,20 @@ pub fn policy_loss(
         Algorithm::Gvpo(c) => gvpo::loss(c, batch, tis),
         Algorithm::Cispo(c) => cispo::loss(c, batch, tis),
         Algorithm::Gmpo(c) => gmpo::loss(c, batch, tis),
+    }
+}
+
+/// Weight of a micro-batch's loss in the loss of its minibatch (`rows`, `tokens` in all): the
+/// share of the objective's averaging units it holds (tokens for CISPO and GRPO with `token_mean`,
+/// responses for everything else, which also covers GVPO's mean over equal-sized groups), so
+/// that the weighted sum of the micro-batch losses is the minibatch loss, and the sum of their
+/// weighted gradients its gradient.
+pub fn micro_share(alg: &Algorithm, part: &PolicyBatch, rows: usize, tokens: usize) -> f32 {
+    match alg {
+        Algorithm::Grpo(c) if c.aggregation == Aggregation::TokenMean => {
+            part.n_tok() as f32 / tokens as f32
+        }
+        Algorithm::Cispo(_) => part.n_tok() as f32 / tokens as f32,
+        _ => part.n_resp() as f32 / rows as f32,
     }
 }
