@@ -54,21 +54,8 @@ fn write_spec(root: &Path) -> PathBuf {
 /// `driftlab --threads 1 experiment fault_test --jobs 1 --out OUT EXTRA…`, run in `root`,
 /// stderr into `log`.
 fn driftlab(root: &Path, out: &Path, log: &Path, extra: &[&str]) -> Command {
-    let specs = write_spec(root);
-    let mut c = Command::new(env!("CARGO_BIN_EXE_driftlab"));
-    c.current_dir(root)
-        .args(["--threads", "1", "experiment", "fault_test", "--jobs", "1"])
-        .arg("--specs")
-        .arg(&specs)
-        .arg("--cache-dir")
-        .arg(root.join("cache"))
-        .arg("--out")
-        .arg(out)
-        .args(extra)
-        .env("DRIFTLAB_PROGRESS_SECS", "0.2")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap());
-    c
+    write_spec(root);
+    common::experiment_cmd(root, "fault_test", out, log, extra)
 }
 
 /// Cells whose every step row is in `out`'s step frame.
@@ -187,26 +174,39 @@ fn sigkill_keeps_every_cell_finished_before_the_last_write_and_resume_runs_only_
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let kept = statuses_agree_with_frames(&out);
-    assert!(
-        kept >= 3,
-        "status.json lists {kept} cells; the frames held 3 complete ones a second before"
-    );
+    assert!(kept >= 3, "status.json lists {kept} cells after the kill");
     assert!(kept < 6, "killed after every cell finished");
     resume_matches_a_whole_run(&root, &out, kept);
     let _ = std::fs::remove_dir_all(&root);
 }
 
-#[test]
-fn sigterm_stops_after_the_current_step_writes_everything_and_exits_non_zero() {
-    let root = tmp("term");
+/// A run of `fault_test` that got `signals` (30 ms apart: two signals sent together may arrive
+/// as one, a pending signal is not queued twice) once its frames held `k` complete cells: its
+/// root, its folder, how it exited and its log.
+fn signalled(tag: &str, k: usize, signals: &[libc::c_int]) -> (PathBuf, PathBuf, i32, String) {
+    let root = tmp(tag);
     let out = root.join("out");
     let log = root.join("first.log");
     let mut child = driftlab(&root, &out, &log, &[]).spawn().unwrap();
-    wait_for_cells(&mut child, &out, 2);
-    signal(&child, libc::SIGTERM);
+    wait_for_cells(&mut child, &out, k);
+    for (i, &sig) in signals.iter().enumerate() {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        signal(&child, sig);
+    }
     let st = child.wait().unwrap();
     let text = std::fs::read_to_string(&log).unwrap();
-    assert_eq!(st.code(), Some(1), "a stopped run exits 1: {st:?}\n{text}");
+    let code = st
+        .code()
+        .unwrap_or_else(|| panic!("killed by a signal: {st:?}\n{text}"));
+    (root, out, code, text)
+}
+
+#[test]
+fn sigterm_stops_after_the_current_step_writes_everything_and_exits_non_zero() {
+    let (root, out, code, text) = signalled("term", 2, &[libc::SIGTERM]);
+    assert_eq!(code, 1, "a stopped run exits 1:\n{text}");
     assert!(text.contains("interrupt"), "{text}");
     let kept = statuses_agree_with_frames(&out);
     assert!(kept >= 2, "status.json lists {kept} finished cells");
@@ -224,18 +224,8 @@ fn sigterm_stops_after_the_current_step_writes_everything_and_exits_non_zero() {
 
 #[test]
 fn a_second_interrupt_writes_what_stands_and_quits_with_130() {
-    let root = tmp("twice");
-    let out = root.join("out");
-    let log = root.join("first.log");
-    let mut child = driftlab(&root, &out, &log, &[]).spawn().unwrap();
-    wait_for_cells(&mut child, &out, 2);
-    signal(&child, libc::SIGINT);
-    // Two signals sent together may arrive as one (a pending signal is not queued twice).
-    std::thread::sleep(Duration::from_millis(30));
-    signal(&child, libc::SIGINT);
-    let st = child.wait().unwrap();
-    let text = std::fs::read_to_string(&log).unwrap();
-    assert_eq!(st.code(), Some(130), "{text}");
+    let (root, out, code, text) = signalled("twice", 2, &[libc::SIGINT, libc::SIGINT]);
+    assert_eq!(code, 130, "{text}");
     assert!(text.contains("second interrupt"), "{text}");
     let kept = statuses_agree_with_frames(&out);
     assert!(

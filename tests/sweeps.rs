@@ -268,19 +268,7 @@ fn driftlab(root: &Path, out: &Path, log: &Path, extra: &[&str]) -> Command {
         common::tiny_spec_toml("sweep_test", 25, 5, ARMS),
     )
     .unwrap();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_driftlab"));
-    c.args(["--threads", "1", "experiment", "sweep_test", "--jobs", "1"])
-        .arg("--specs")
-        .arg(&specs)
-        .arg("--cache-dir")
-        .arg(root.join("cache"))
-        .arg("--out")
-        .arg(out)
-        .args(extra)
-        .env("DRIFTLAB_PROGRESS_SECS", "0.2")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap());
-    c
+    common::experiment_cmd(root, "sweep_test", out, log, extra)
 }
 
 fn finished(out: &Path) -> usize {

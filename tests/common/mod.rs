@@ -245,3 +245,29 @@ pub fn at_real<T: Copy>(values: &[T], width: usize, valid: &[bool]) -> Vec<T> {
         .flat_map(|(row, _)| row.to_vec())
         .collect()
 }
+
+/// `driftlab --threads 1 experiment NAME --jobs 1 --specs ROOT/specs --cache-dir ROOT/cache
+/// --out OUT EXTRA…` in `root`, with plain progress lines every 0.2 s and stderr into `log`
+/// (the spec file `ROOT/specs/NAME.toml` is the caller's).
+pub fn experiment_cmd(
+    root: &std::path::Path,
+    name: &str,
+    out: &std::path::Path,
+    log: &std::path::Path,
+    extra: &[&str],
+) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_driftlab"));
+    c.current_dir(root)
+        .args(["--threads", "1", "experiment", name, "--jobs", "1"])
+        .arg("--specs")
+        .arg(root.join("specs"))
+        .arg("--cache-dir")
+        .arg(root.join("cache"))
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .env("DRIFTLAB_PROGRESS_SECS", "0.2")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    c
+}
