@@ -232,6 +232,8 @@ pub fn canonical_rows(f: &Frame, cells: &[CellName]) -> Result<Vec<usize>> {
 /// Merge the shards under `out` into `out`; returns every cell's status, in canonical order.
 pub fn merge(out: &Path) -> Result<Vec<CellStatus>> {
     let runs = shard_runs(out)?;
+    // The merged folder is written like a run's: by one process at a time.
+    let _hold = crate::util::lock::hold_folder(out)?;
     same(&runs, "spec", "specs")?;
     same(&runs, "cells", "resolved cells (spec, device or defaults)")?;
     same(&runs, "crate_version", "driftlab versions")?;
