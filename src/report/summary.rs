@@ -385,7 +385,8 @@ pub fn seed_means(df: &DataFrame, column: &str) -> Result<Vec<(String, Vec<f64>)
         .collect())
 }
 
-/// `summary.csv` and `summary.json`.
+/// `summary.csv` (one row an arm of a regime: `regime` and `arm` in columns of their own) and
+/// `summary.json`.
 pub fn write_summary_files(dir: &Path, sums: &[ArmSummary]) -> Result<()> {
     let s = |f: &dyn Fn(&ArmSummary) -> String| sums.iter().map(f).collect::<Vec<String>>();
     let x = |f: &dyn Fn(&ArmSummary) -> f64| {
@@ -396,7 +397,8 @@ pub fn write_summary_files(dir: &Path, sums: &[ArmSummary]) -> Result<()> {
     let n =
         |f: &dyn Fn(&ArmSummary) -> usize| sums.iter().map(|a| f(a) as i64).collect::<Vec<i64>>();
     let mut cols = vec![
-        Column::new("arm".into(), s(&|a| a.arm.clone())),
+        Column::new("regime".into(), s(&|a| a.regime.clone())),
+        Column::new("arm".into(), s(&|a| a.name.clone())),
         Column::new("algorithm".into(), s(&|a| a.algorithm.clone())),
         Column::new("routing".into(), s(&|a| a.routing.clone())),
         Column::new("seeds".into(), n(&|a| a.seeds)),

@@ -12,7 +12,7 @@ use plotters::prelude::*;
 
 impl LineChart {
     /// The x and y ranges of the data (bands included), padded; y in plotted units.
-    fn ranges(&self) -> ((f64, f64), (f64, f64)) {
+    pub(super) fn ranges(&self) -> ((f64, f64), (f64, f64)) {
         let xs: Vec<f64> = self
             .series
             .iter()
@@ -284,11 +284,73 @@ impl LineChart {
     }
 }
 
+/// On a log axis, a value more than this factor below the chart's largest is a numerical zero
+/// (a degenerate variance comes out ~1e-36, not 0): it is left out, and the y label says how
+/// many were, instead of stretching the axis over 30 empty decades.
+const LOG_ZERO_FACTOR: f64 = 1e12;
+
+impl LineChart {
+    /// This chart without the zeros of its log axis (values ≤ its largest / [`LOG_ZERO_FACTOR`],
+    /// zero and negative ones included), its y label saying how many data points that left out;
+    /// `None` when it has a linear axis or no such value.
+    pub(super) fn without_log_zeros(&self) -> Option<LineChart> {
+        if !self.log_y {
+            return None;
+        }
+        let data = || {
+            (self
+                .series
+                .iter()
+                .flat_map(|s| s.points.iter().map(|p| p.1)))
+            .chain(self.faint.iter().flatten().flatten().map(|p| p.1))
+        };
+        let top = (data().chain(self.series.iter().flat_map(|s| s.band.iter().map(|b| b.2))))
+            .filter(|y| y.is_finite())
+            .fold(f64::NEG_INFINITY, f64::max);
+        if !(top > 0.0) {
+            return None;
+        }
+        let floor = top / LOG_ZERO_FACTOR;
+        let zero = |y: f64| y.is_finite() && y <= floor;
+        let n = data().filter(|&y| zero(y)).count();
+        if n == 0 {
+            return None;
+        }
+        let mut c = self.clone();
+        for s in &mut c.series {
+            s.points.retain(|p| !zero(p.1));
+            for b in &mut s.band {
+                // Left out by the axis (non-positive), like the values themselves.
+                if zero(b.1) {
+                    b.1 = 0.0;
+                }
+                if zero(b.2) {
+                    b.2 = 0.0;
+                }
+            }
+        }
+        for f in &mut c.faint {
+            for line in f.iter_mut() {
+                line.retain(|p| !zero(p.1));
+            }
+        }
+        c.y_label = format!(
+            "{}; {n} value{} at 0 not drawn",
+            self.y_label,
+            if n == 1 { "" } else { "s" }
+        );
+        Some(c)
+    }
+}
+
 impl Chart for LineChart {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
     where
         DB::ErrorType: 'static,
     {
+        if let Some(c) = self.without_log_zeros() {
+            return c.draw(root);
+        }
         root.fill(&WHITE).map_err(err)?;
         let ((x0, x1), (y0, y1)) = self.ranges();
         let mut chart = ChartBuilder::on(root)

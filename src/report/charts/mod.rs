@@ -96,6 +96,7 @@ pub struct RefLine {
 /// The faint lines of one series: one polyline per seed.
 pub type Faint = Vec<Vec<(f64, f64)>>;
 
+#[derive(Clone)]
 pub struct LineChart {
     pub title: String,
     pub x_label: String,

@@ -234,3 +234,25 @@ fn a_figure_that_cannot_be_written_names_its_file_and_leaves_nothing() {
     assert_eq!(left, ["fig.png"], "only the figure written whole is left");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A numerical zero on a log axis (a degenerate variance of ~1e-36) is left out and counted in
+/// the y label, so the axis spans the data's decades rather than thirty empty ones.
+#[test]
+fn log_axes_leave_numerical_zeros_out_and_say_so() {
+    let mut chart = line("variance", true);
+    chart.series[0].points.push((3.0, 1e-36));
+    chart.series[0].points.push((4.0, 0.0));
+    let kept = chart.without_log_zeros().expect("two zeros to leave out");
+    assert_eq!(kept.series[0].points.len(), 3);
+    assert_eq!(kept.y_label, "variance; 2 values at 0 not drawn");
+    let ((_, _), (y0, _)) = kept.ranges();
+    assert!(y0 > -4.0, "the axis starts at {y0} (log10)");
+    let svg = svg_of(&chart);
+    assert!(
+        svg.contains("2 values at 0 not drawn"),
+        "the figure says so"
+    );
+    // Nothing to leave out: the chart is drawn as it is.
+    assert!(line("variance", true).without_log_zeros().is_none());
+    assert!(line("reward", false).without_log_zeros().is_none());
+}
