@@ -512,6 +512,15 @@ fn regimes_override_settings_and_get_their_own_plots() {
             }
             assert!(embedded || optional.contains(p), "{p} of {r} embedded");
         }
+        // A figure read on its own says which regime it shows.
+        for p in ["reward", "eval_accuracy", "mechanism", "drift", "forest"] {
+            let svg = std::fs::read_to_string(o.out.join("plots").join(r).join(format!("{p}.svg")))
+                .unwrap();
+            assert!(
+                svg.contains(&format!("Regime {r}:")),
+                "{p} of {r}: no regime in its title"
+            );
+        }
     }
     assert!(
         md.contains("## Regimes")

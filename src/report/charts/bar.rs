@@ -72,6 +72,10 @@ impl BarChart {
 }
 
 impl Chart for BarChart {
+    fn title_mut(&mut self) -> &mut String {
+        &mut self.title
+    }
+
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
     where
         DB::ErrorType: 'static,

@@ -110,6 +110,10 @@ impl Forest {
 }
 
 impl Chart for Forest {
+    fn title_mut(&mut self) -> &mut String {
+        &mut self.title
+    }
+
     fn size(&self) -> (u32, u32) {
         // Tall enough for the legend (the band, each tone present, the paper's value).
         let legend = 2 + self.present_tones().len() as u32;

@@ -54,6 +54,10 @@ impl Heatmap {
 }
 
 impl Chart for Heatmap {
+    fn title_mut(&mut self) -> &mut String {
+        &mut self.title
+    }
+
     fn size(&self) -> (u32, u32) {
         let n = self.panels.len().max(1);
         let rows = n.div_ceil(if n > 3 { 2 } else { 1 });

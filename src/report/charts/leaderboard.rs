@@ -262,6 +262,10 @@ impl Leaderboard {
 }
 
 impl Chart for Leaderboard {
+    fn title_mut(&mut self) -> &mut String {
+        &mut self.title
+    }
+
     fn size(&self) -> (u32, u32) {
         let rest = 260;
         (

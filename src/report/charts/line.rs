@@ -344,6 +344,10 @@ impl LineChart {
 }
 
 impl Chart for LineChart {
+    fn title_mut(&mut self) -> &mut String {
+        &mut self.title
+    }
+
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
     where
         DB::ErrorType: 'static,

@@ -187,6 +187,10 @@ impl StabilityMap {
 }
 
 impl Chart for StabilityMap {
+    fn title_mut(&mut self) -> &mut String {
+        &mut self.title
+    }
+
     fn size(&self) -> (u32, u32) {
         let n = self.panels.len().max(1) as u32;
         let h = 70 + 34 * self.rows.len().max(1) as u32;

@@ -229,6 +229,9 @@ pub trait Chart {
     where
         DB::ErrorType: 'static;
 
+    /// The figure's title, for a caller that names the regime in it.
+    fn title_mut(&mut self) -> &mut String;
+
     /// Pixel size of the figure.
     fn size(&self) -> (u32, u32) {
         (1000, 600)
@@ -283,6 +286,10 @@ pub struct Stack {
 }
 
 impl Chart for Stack {
+    fn title_mut(&mut self) -> &mut String {
+        &mut self.title
+    }
+
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
     where
         DB::ErrorType: 'static,

@@ -281,31 +281,49 @@ fn keep_only<T>(v: Vec<T>, keep: &[usize]) -> Vec<T> {
         .collect()
 }
 
+/// One regime's plot folder: in a run of several regimes each figure's title starts with
+/// "Regime NAME:", so a figure read on its own says which regime it shows (the forest plot and
+/// the leaderboard name it in their own titles).
+struct Folder<'a> {
+    dir: &'a Path,
+    regime: Option<&'a str>,
+}
+
+impl Folder<'_> {
+    fn save(&self, mut chart: impl Chart, stem: &str) -> Result<()> {
+        if let Some(r) = self.regime {
+            let t = chart.title_mut();
+            *t = format!("Regime {r}: {t}");
+        }
+        chart.save(self.dir, stem)
+    }
+}
+
 /// The figures a folder may lack the frames or columns for (a slimmed run's layers or
 /// lengths, a run from before the prefixes frame or the drift units): each is drawn when its
 /// data is there, and left out of `made` otherwise.
-fn optional_plots(pdir: &Path, r: &Regime, made: &mut Vec<&'static str>) -> Result<()> {
+fn optional_plots(pdir: &Folder, r: &Regime, made: &mut Vec<&'static str>) -> Result<()> {
     let (f, same, multi) = (&r.frames, &r.same, false);
     let heat = drift_heatmap(f, multi, &same)?;
     if heat.panels.is_empty() {
         made.retain(|p| *p != "drift_heatmap");
     } else {
-        heat.save(pdir, "drift_heatmap")?;
+        pdir.save(heat, "drift_heatmap")?;
     }
     let by_len = variance_by_length(f, &same)?;
     if by_len.series.iter().all(|s| s.points.is_empty()) {
         made.retain(|p| *p != "ratio_var_vs_len");
     } else {
-        by_len.save(pdir, "ratio_var_vs_len")?;
+        pdir.save(by_len, "ratio_var_vs_len")?;
     }
     let by_prefix = variance_by_prefix(f, &same)?;
     if by_prefix.series.iter().all(|s| s.points.is_empty()) {
         made.retain(|p| *p != "ratio_var_vs_prefix");
     } else {
-        by_prefix.save(pdir, "ratio_var_vs_prefix")?;
+        pdir.save(by_prefix, "ratio_var_vs_prefix")?;
     }
     match drift_units(r)? {
-        Some(c) => c.save(pdir, "drift_units")?,
+        Some(c) => pdir.save(c, "drift_units")?,
         None => made.retain(|p| *p != "drift_units"),
     }
     Ok(())
@@ -330,7 +348,7 @@ fn faint_if_few(faint: Vec<Faint>, drawn: &str) -> (Vec<Faint>, String) {
 /// committed without that frame (a study slimmed to its step and event frames) draws none of
 /// them rather than empty axes.
 fn update_plots(
-    pdir: &Path,
+    pdir: &Folder,
     f: &RunFrames,
     multi: bool,
     same: &[Vec<String>],
@@ -340,12 +358,12 @@ fn update_plots(
         made.retain(|p| !["mechanism", "clip_frac", "clip_frac_by_minibatch", "drift"].contains(p));
         return Ok(());
     }
-    mechanism(f, multi, same)?.save(pdir, "mechanism")?;
-    clip_bars(f)?.save(pdir, "clip_frac")?;
+    pdir.save(mechanism(f, multi, same)?, "mechanism")?;
+    pdir.save(clip_bars(f)?, "clip_frac")?;
     let mut by_mb = clip_by_minibatch(f, multi)?;
     merge_twins(&mut by_mb, same);
-    by_mb.save(pdir, "clip_frac_by_minibatch")?;
-    drift_chart(f, multi)?.save(pdir, "drift")?;
+    pdir.save(by_mb, "clip_frac_by_minibatch")?;
+    pdir.save(drift_chart(f, multi)?, "drift")?;
     Ok(())
 }
 
@@ -378,13 +396,17 @@ fn drift_chart(f: &RunFrames, multi: bool) -> Result<LineChart> {
 /// Every plot of one regime's frames under `pdir`; returns the names of those made (a figure
 /// whose frame the folder does not keep, e.g. a slimmed run's layers or lengths, is left out
 /// rather than drawn empty).
-fn plots_in(pdir: &Path, r: &Regime, eps: &[&Endpoint]) -> Result<Vec<&'static str>> {
+fn plots_in(dir: &Path, r: &Regime, eps: &[&Endpoint], named: bool) -> Result<Vec<&'static str>> {
     let (f, regime) = (&r.frames, r.name.as_str());
-    std::fs::create_dir_all(pdir).with_context(|| format!("creating {}", pdir.display()))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let pdir = &Folder {
+        dir,
+        regime: named.then_some(regime),
+    };
     // One regime's frames: series are named by arm alone.
     let multi = false;
     let same = &r.same;
-    forest(eps, regime).save(pdir, "forest")?;
+    forest(eps, regime).save(dir, "forest")?;
     let (series, faint) = band_chart(&curves(&f.steps, multi, "step", "reward_mean")?, true);
     let (faint, tail) = faint_if_few(faint, "raw seeds faint");
     let mut chart = line(
@@ -397,10 +419,10 @@ fn plots_in(pdir: &Path, r: &Regime, eps: &[&Endpoint]) -> Result<Vec<&'static s
     chart.faint = faint;
     chart.markers = event_markers(f, multi, &chart.series)?;
     merge_twins(&mut chart, &same);
-    chart.save(pdir, "reward")?;
+    pdir.save(chart, "reward")?;
     let mut rc = reward_vs_compute(f)?;
     merge_twins(&mut rc, &same);
-    rc.save(pdir, "reward_vs_compute")?;
+    pdir.save(rc, "reward_vs_compute")?;
     let (series, faint) = band_chart(&curves(&f.steps, multi, "step", "eval_accuracy")?, false);
     let (faint, tail) = faint_if_few(faint, "seeds faint");
     let mut eval = line(
@@ -412,12 +434,12 @@ fn plots_in(pdir: &Path, r: &Regime, eps: &[&Endpoint]) -> Result<Vec<&'static s
     );
     eval.faint = faint;
     merge_twins(&mut eval, &same);
-    eval.save(pdir, "eval_accuracy")?;
+    pdir.save(eval, "eval_accuracy")?;
     let mut made: Vec<&'static str> = PLOTS.to_vec();
     update_plots(pdir, f, multi, same, &mut made)?;
     optional_plots(pdir, r, &mut made)?;
     if let Some(board) = leaderboard::leaderboard(r, eps)? {
-        board.save(pdir, "leaderboard")?;
+        board.save(dir, "leaderboard")?;
         made.insert(0, "leaderboard");
     }
     // A KL is positive and spans decades across regimes: always a log axis.
@@ -442,7 +464,7 @@ fn plots_in(pdir: &Path, r: &Regime, eps: &[&Endpoint]) -> Result<Vec<&'static s
             reference(7.5e-4, "R3 paper: MoE with R3 7.5e-4"),
         ];
     }
-    mk.save(pdir, "mismatch_kl")?;
+    pdir.save(mk, "mismatch_kl")?;
     Ok(made)
 }
 
@@ -469,7 +491,7 @@ pub fn make_plots(dir: &Path, regs: &[Regime], eps: &[Endpoint]) -> Result<Vec<R
         } else {
             format!("plots/{}", r.name)
         };
-        let made = plots_in(&dir.join(&folder), r, &mine(&r.name))?;
+        let made = plots_in(&dir.join(&folder), r, &mine(&r.name), !single)?;
         out.push((r.name.clone(), folder, made));
     }
     Ok(out)
