@@ -263,14 +263,20 @@ fn a_second_run_into_a_busy_folder_fails_at_once_naming_the_holder() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
-/// `driftlab experiment fault_test EXTRA…` in `root` with no `--out`.
+/// `driftlab experiment fault_test EXTRA…` in `root` with no `--out`, after writing its spec.
 fn default_out(root: &Path, log: &str, extra: &[&str]) -> (bool, String) {
-    let specs = write_spec(root);
+    write_spec(root);
+    run_in(root, log, &[&["--jobs", "1"], extra].concat())
+}
+
+/// `driftlab --threads 1 experiment fault_test EXTRA…` in `root` with the spec as it stands in
+/// `root/specs`: whether it succeeded, and its stderr (kept in `root/LOG`).
+fn run_in(root: &Path, log: &str, extra: &[&str]) -> (bool, String) {
     let st = Command::new(env!("CARGO_BIN_EXE_driftlab"))
         .current_dir(root)
-        .args(["--threads", "1", "experiment", "fault_test", "--jobs", "1"])
+        .args(["--threads", "1", "experiment", "fault_test"])
         .arg("--specs")
-        .arg(&specs)
+        .arg(root.join("specs"))
         .arg("--cache-dir")
         .arg(root.join("cache"))
         .args(extra)
@@ -395,24 +401,7 @@ fn quick_forms_never_spend_a_studys_seeds_and_bad_seed_and_job_lists_are_refused
         .unwrap()
         .replace("seeds = [0, 1]", "seeds = [5, 6]\nquick_seeds = [0]");
     std::fs::write(specs.join("fault_test.toml"), &text).unwrap();
-    let run = |log: &str, extra: &[&str]| {
-        let st = Command::new(env!("CARGO_BIN_EXE_driftlab"))
-            .current_dir(&root)
-            .args(["--threads", "1", "experiment", "fault_test"])
-            .arg("--specs")
-            .arg(&specs)
-            .arg("--cache-dir")
-            .arg(root.join("cache"))
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(root.join(log)).unwrap())
-            .status()
-            .unwrap();
-        (
-            st.success(),
-            std::fs::read_to_string(root.join(log)).unwrap(),
-        )
-    };
+    let run = |log: &str, extra: &[&str]| run_in(&root, log, extra);
     let (ok, log) = run("quick.log", &["--quick", "--arms", "grpo", "--jobs", "1"]);
     assert!(ok, "{log}");
     let seeds: Vec<u64> = finished_statuses(&root.join("results/fault_test-quick"))
