@@ -236,22 +236,44 @@ impl LineChart {
         Ok(())
     }
 
-    /// The corner of the plot whose quarter holds the fewest data points (lines, bands,
-    /// markers), so that the legend covers as little data as it can.
-    fn legend_corner(&self, (x0, x1): (f64, f64), (y0, y1): (f64, f64)) -> SeriesLabelPosition {
+    /// The corner of the plot whose quarter holds the fewest data points (lines, bands, faint
+    /// seed lines, markers), so that the legend covers as little data as it can, and whether
+    /// even that corner holds some.
+    pub(super) fn legend_corner(
+        &self,
+        (x0, x1): (f64, f64),
+        (y0, y1): (f64, f64),
+    ) -> (SeriesLabelPosition, bool) {
         let mut count = [0usize; 4];
-        let pts = self
-            .series
-            .iter()
-            .flat_map(|s| {
-                s.points
-                    .iter()
-                    .copied()
-                    .chain(s.band.iter().flat_map(|b| [(b.0, b.1), (b.0, b.2)]))
+        // A line crosses the space between its points: three points along each segment (on the
+        // drawn axis) count as well as its ends.
+        let along = |line: &[(f64, f64)]| -> Vec<(f64, f64)> {
+            let drawn: Vec<(f64, f64)> = (line.iter())
+                .filter_map(|&(x, y)| self.ty(y).map(|y| (x, y)))
+                .collect();
+            let mut out = drawn.clone();
+            for w in drawn.windows(2) {
+                for t in [0.25, 0.5, 0.75] {
+                    out.push((
+                        w[0].0 + t * (w[1].0 - w[0].0),
+                        w[0].1 + t * (w[1].1 - w[0].1),
+                    ));
+                }
+            }
+            out
+        };
+        let lines = (self.series.iter().map(|s| s.points.as_slice()))
+            .chain(self.faint.iter().flatten().map(Vec::as_slice));
+        let bands = self.series.iter().flat_map(|s| {
+            (s.band.iter()).flat_map(|b| {
+                [(b.0, b.1), (b.0, b.2)]
+                    .into_iter()
+                    .filter_map(|(x, y)| self.ty(y).map(|y| (x, y)))
             })
-            .chain(self.markers.iter().map(|m| (m.x, m.y)));
+        });
+        let marks = (self.markers.iter()).filter_map(|m| self.ty(m.y).map(|y| (m.x, y)));
+        let pts = lines.flat_map(along).chain(bands).chain(marks);
         for (x, y) in pts {
-            let Some(y) = self.ty(y) else { continue };
             let (fx, fy) = ((x - x0) / (x1 - x0), (y - y0) / (y1 - y0));
             // Upper right, upper left, lower right, lower left: the legend's box spans about
             // 45% of the width and 35% of the height from its corner.
@@ -264,13 +286,21 @@ impl LineChart {
             }
         }
         let best = (0..4).min_by_key(|&k| count[k]).unwrap_or(0);
-        [
+        let corner = [
             SeriesLabelPosition::UpperRight,
             SeriesLabelPosition::UpperLeft,
             SeriesLabelPosition::LowerRight,
             SeriesLabelPosition::LowerLeft,
         ][best]
-            .clone()
+            .clone();
+        (corner, count[best] > 0)
+    }
+
+    /// The entries of the legend: named series, paper values and marker kinds.
+    fn legend_entries(&self) -> usize {
+        let kinds: std::collections::BTreeSet<_> =
+            self.markers.iter().map(|m| m.kind.legend()).collect();
+        self.series.iter().filter(|s| !s.name.is_empty()).count() + self.refs.len() + kinds.len()
     }
 
     fn ty(&self, y: f64) -> Option<f64> {
@@ -288,6 +318,10 @@ impl LineChart {
 /// (a degenerate variance comes out ~1e-36, not 0): it is left out, and the y label says how
 /// many were, instead of stretching the axis over 30 empty decades.
 const LOG_ZERO_FACTOR: f64 = 1e12;
+
+/// The largest share of a plot's height given to headroom for its legend; a legend taller than
+/// that (a small panel of a stacked figure) keeps the emptiest corner instead.
+const LEGEND_HEADROOM_MAX: f64 = 0.45;
 
 impl LineChart {
     /// This chart without the zeros of its log axis (values ≤ its largest / [`LOG_ZERO_FACTOR`],
@@ -356,7 +390,17 @@ impl Chart for LineChart {
             return c.draw(root);
         }
         root.fill(&WHITE).map_err(err)?;
-        let ((x0, x1), (y0, y1)) = self.ranges();
+        let ((x0, x1), (y0, mut y1)) = self.ranges();
+        // Where every corner holds data, the y axis gets headroom as tall as the legend (on a
+        // plot tall enough for it), and the legend sits in it, above the data.
+        let (mut corner, covered) = self.legend_corner((x0, x1), (y0, y1));
+        let plot_h = f64::from(root.dim_in_pixel().1) - 94.0;
+        let legend = self.legend_entries();
+        let share = (17.0 * legend as f64 + 12.0) / plot_h + 0.04;
+        if covered && legend > 0 && plot_h > 0.0 && share <= LEGEND_HEADROOM_MAX {
+            y1 = y0 + (y1 - y0) / (1.0 - share);
+            corner = SeriesLabelPosition::UpperRight;
+        }
         let mut chart = ChartBuilder::on(root)
             .caption(&self.title, ("sans-serif", 22))
             .margin(12)
@@ -419,7 +463,7 @@ impl Chart for LineChart {
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .label_font(("sans-serif", 14))
-            .position(self.legend_corner((x0, x1), (y0, y1)))
+            .position(corner)
             .draw()
             .map_err(err)?;
         Ok(())

@@ -256,3 +256,40 @@ fn log_axes_leave_numerical_zeros_out_and_say_so() {
     assert!(line("variance", true).without_log_zeros().is_none());
     assert!(line("reward", false).without_log_zeros().is_none());
 }
+
+/// The legend goes where no data is: a corner the lines do not cross is found (a segment counts
+/// between its points, not only at them), and a chart whose every corner holds data says so, so
+/// that its axis gets headroom for the legend.
+#[test]
+fn the_legend_corner_avoids_lines_between_their_points() {
+    let mut chart = line("y", false);
+    // One line from the lower left to the upper right: its points sit in two corners only,
+    // and it crosses the middle; the upper left and lower right stay empty.
+    chart.series[0].points = vec![(0.0, 0.0), (10.0, 10.0)];
+    let (corner, covered) = chart.legend_corner((0.0, 10.0), (0.0, 10.0));
+    assert!(!covered);
+    assert!(
+        matches!(corner, SeriesLabelPosition::UpperLeft),
+        "{corner:?}"
+    );
+    // A short line whose two ends lie outside every corner crosses the upper left between
+    // them: the legend goes to the lower right instead.
+    chart.series.push(Series {
+        name: "b".into(),
+        points: vec![(0.0, 5.0), (5.0, 10.0)],
+        ..Series::default()
+    });
+    let (corner, covered) = chart.legend_corner((0.0, 10.0), (0.0, 10.0));
+    assert!(!covered);
+    assert!(
+        matches!(corner, SeriesLabelPosition::LowerRight),
+        "{corner:?}"
+    );
+    // A third line through the lower right leaves no corner free.
+    chart.series.push(Series {
+        name: "c".into(),
+        points: vec![(10.0, 0.0)],
+        ..Series::default()
+    });
+    assert!(chart.legend_corner((0.0, 10.0), (0.0, 10.0)).1);
+}
