@@ -192,7 +192,7 @@ fn on_signals(stop: Arc<AtomicBool>) {
             eprintln!(
                 "\nsecond interrupt: writing the frames and status.json as they stand, then quitting"
             );
-            match crate::experiment::runner::write_now() {
+            match crate::experiment::book::write_now() {
                 Ok(dirs) => {
                     for d in dirs {
                         eprintln!("kept every finished cell in {}", d.display());

@@ -1,5 +1,6 @@
 //! Named experiments: specs, the cells they resolve to, and the runner over those cells.
 
+pub mod book;
 pub mod catalog;
 pub mod cell;
 pub mod cell_groups;
