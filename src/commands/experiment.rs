@@ -160,10 +160,8 @@ fn refuse_other_run(dir: &std::path::Path, spec: &ExperimentSpec, device: &str) 
     let cfg: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)
         .with_context(|| format!("{} is not valid JSON; --force replaces it", path.display()))?;
     let cells = spec.resolve(device)?;
-    let ours: serde_json::Value = serde_json::from_str(&serde_json::to_string(&cells)?)?;
-    let theirs = crate::experiment::cell_groups::cells_value(&cfg);
     let version = cfg.get("crate_version").and_then(|v| v.as_str());
-    let why = crate::experiment::resume::other_cells(&theirs, &ours, &cells).or_else(|| {
+    let why = crate::experiment::resume::other_cells(&cfg, &cells)?.or_else(|| {
         (version != Some(env!("CARGO_PKG_VERSION"))).then(|| {
             format!(
                 "driftlab {} wrote it, this is {}",

@@ -172,36 +172,10 @@ pub fn canonical(
 ) -> Result<DataFrame> {
     let mut f = Frame::new(schema);
     f.extend_from(df, &vec![true; df.height()])?;
-    let order = canonical_order(df, cells)?;
+    let names: Vec<CellName> = cells.iter().map(name_of).collect();
+    let order = canonical_rows(&f, &names)?;
     f.reorder(&order)?;
     f.to_df()
-}
-
-fn canonical_order(df: &DataFrame, cells: &[CellConfig]) -> Result<Vec<usize>> {
-    let index: BTreeMap<CellName, usize> = cells
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (name_of(c), i))
-        .collect();
-    let mut keyed = Vec::with_capacity(df.height());
-    let (regime, arm, seed) = (
-        crate::metrics::frames::str_col(df, "regime")?,
-        crate::metrics::frames::str_col(df, "arm")?,
-        crate::metrics::frames::i64_col(df, "seed")?,
-    );
-    for i in 0..df.height() {
-        let Some(&k) = index.get(&(regime[i].clone(), arm[i].clone(), seed[i] as u64)) else {
-            bail!(
-                "rows of a cell not in the spec: {}/{} seed {}",
-                regime[i],
-                arm[i],
-                seed[i]
-            );
-        };
-        keyed.push((k, i));
-    }
-    keyed.sort();
-    Ok(keyed.into_iter().map(|(_, i)| i).collect())
 }
 
 /// The order that puts `f`'s rows in the canonical order of their cells, `cells` (every cell
@@ -262,6 +236,7 @@ pub fn merge(out: &Path) -> Result<Vec<CellStatus>> {
         serde_json::from_value(super::cell_groups::cells_value(&runs[0].config))
             .context("reading the cells of the first shard's config.json")?;
     let owner = owners(&runs, &cells)?;
+    let names: Vec<CellName> = cells.iter().map(name_of).collect();
     let mut frames = Frames::default();
     for (frame, schema) in frames
         .all_mut()
@@ -284,8 +259,7 @@ pub fn merge(out: &Path) -> Result<Vec<CellStatus>> {
                 .extend_from(&df, &keep)
                 .with_context(|| format!("merging {}", path.display()))?;
         }
-        let df = frame.to_df()?;
-        let order = canonical_order(&df, &cells)?;
+        let order = canonical_rows(frame, &names)?;
         frame.reorder(&order)?;
     }
     frames.flush(out)?;

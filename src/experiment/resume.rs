@@ -103,10 +103,7 @@ pub fn load(dir: &Path, cells: &[CellConfig], shard: Option<Shard>) -> Result<Pr
     }
     let cfg: Value = serde_json::from_slice(&std::fs::read(&cfg_path)?)
         .with_context(|| format!("reading {}", cfg_path.display()))?;
-    let theirs = super::cell_groups::cells_value(&cfg);
-    // Through text, as config.json was written, so f32 settings compare as they read back.
-    let ours: Value = serde_json::from_str(&serde_json::to_string(cells)?)?;
-    if let Some(what) = other_cells(&theirs, &ours, cells) {
+    if let Some(what) = other_cells(&cfg, cells)? {
         bail!(
             "cannot resume {}: it holds a run of other cells ({what}); rerun without --resume \
              to start over, or choose another --out",
@@ -169,12 +166,14 @@ pub fn load(dir: &Path, cells: &[CellConfig], shard: Option<Shard>) -> Result<Pr
     Ok(Prior { finished, frames })
 }
 
-/// Whether `theirs` (a folder's resolved cells, as config.json holds them) differ from `ours`
-/// (`cells`, through JSON): how many cells each has, the first differing cell and its first
-/// differing key path with both values.
-pub fn other_cells(theirs: &Value, ours: &Value, cells: &[CellConfig]) -> Option<String> {
+/// Whether the cells a folder's `config.json` (`cfg`) records differ from `cells`: how many
+/// cells each has, the first differing cell and its first differing key path with both values.
+pub fn other_cells(cfg: &Value, cells: &[CellConfig]) -> Result<Option<String>> {
+    let theirs = super::cell_groups::cells_value(cfg);
+    // Through text, as config.json was written, so f32 settings compare as they read back.
+    let ours: Value = serde_json::from_str(&serde_json::to_string(cells)?)?;
     if theirs == ours {
-        return None;
+        return Ok(None);
     }
     let n_theirs = theirs.as_array().map_or(0, Vec::len);
     let first = (0..cells.len().min(n_theirs))
@@ -188,10 +187,10 @@ pub fn other_cells(theirs: &Value, ours: &Value, cells: &[CellConfig]) -> Option
             )
         })
         .unwrap_or_default();
-    Some(format!(
+    Ok(Some(format!(
         "{n_theirs} cells there, {} now{first}",
         cells.len()
-    ))
+    )))
 }
 
 /// Every finished cell's rows are in the frames kept: every frame file is there, the step
