@@ -10,22 +10,26 @@
 //!    writes; [`util::hash`]: stable hashes, seeds of random streams; [`util::lock`]: lock files
 //!    for work several processes share; [`util::names`]: typed names of closed sets;
 //!    [`util::progress`]: bars and log lines; [`util::parallel`]: order-stable parallel maps;
-//!    [`util::host`]: the machine a run ran on; [`util::tensors`] and [`util::fastmath`]:
-//!    host/device conversions, vectorisable `exp` and sigmoid), and [`device`] (`--device`,
-//!    `--threads`).
-//! 2. **The model and the task**: [`model`] (the instrumented MoE transformer and its fused
-//!    CPU path), [`task`] (the verifiable tasks, their tokenizer, rewards and eval sets),
+//!    [`util::host`]: the machine a run ran on; [`util::tensors`]: host/device conversions), and
+//!    [`device`] (`--device`, `--threads`).
+//! 2. **The kernels**: [`kernels`], the one surface of the ops whose CPU-backend form differs
+//!    from its plain burn form (attention, the QKV projection, the expert products, SwiGLU,
+//!    RMS norm, `exp`/softmax, the gradient norm), each choosing its reference or its flex form
+//!    in one place; the rules that keep them bitwise ([`kernels::gemm_paths`]); the test hooks
+//!    ([`kernels::hooks`]). They import `util` only.
+//! 3. **The model and the task**: [`model`] (the instrumented MoE transformer, written against
+//!    the kernels' surface: no backend in it), [`task`] (the verifiable tasks, their tokenizer, rewards and eval sets),
 //!    [`optim`] (AdamW with parameter groups and global gradient clipping).
-//! 3. **Training**: [`generate`] (sampling with routing traces), [`coldstart`] (the supervised
+//! 4. **Training**: [`generate`] (sampling with routing traces), [`coldstart`] (the supervised
 //!    cold start and its cache), [`rl`] (rollouts, objectives, routing modes, drift knobs, the
 //!    trainer).
-//! 4. **Measurement**: [`metrics`] (per-step, per-update and per-layer rows, collapse events,
+//! 5. **Measurement**: [`metrics`] (per-step, per-update and per-layer rows, collapse events,
 //!    the frames' schema).
-//! 5. **Experiments**: [`experiment`] (specs, cells, the runner, shards, resume, merge),
+//! 6. **Experiments**: [`experiment`] (specs, cells, the runner, shards, resume, merge),
 //!    [`bench`](mod@bench) (throughput measurements).
-//! 6. **The report** of a results folder: [`report`] (summaries, statistics, plots,
+//! 7. **The report** of a results folder: [`report`] (summaries, statistics, plots,
 //!    report.md), and [`check`] (the CI regression against a baseline, which reads it).
-//! 7. **Commands**: [`cli`] (the top-level parser) and [`commands`] (one file per subcommand:
+//! 8. **Commands**: [`cli`] (the top-level parser) and [`commands`] (one file per subcommand:
 //!    its arguments and what it runs). Nothing below imports them; `main.rs` only parses and
 //!    dispatches.
 
@@ -37,6 +41,7 @@ pub mod commands;
 pub mod device;
 pub mod experiment;
 pub mod generate;
+pub mod kernels;
 pub mod metrics;
 pub mod model;
 pub mod optim;

@@ -167,7 +167,7 @@ fn host_update(w: &mut [f32], g: &[f32], m: &mut Vec<f32>, v: &mut Vec<f32>, k: 
     adamw_slices(w, g, m, v, k, first);
 }
 
-crate::util::fastmath::wide! {
+crate::kernels::flex::fastmath::wide! {
     /// [`host_update`]'s loop: element-wise, so the vector width changes no bit (division and
     /// square root are correctly rounded at any width; nothing is contracted into an FMA).
     fn adamw_slices(w: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], k: Coef, first: bool) {
@@ -222,25 +222,9 @@ impl AdamW {
             .collect()
     }
 
-    /// Global L2 norm of `grads` (one host sync). Per-tensor sums run in parallel when the
-    /// pool has threads to spare; they are combined in order.
-    ///
-    /// On the CPU backend each tensor's `Σ g²` is one pass over its values
-    /// ([`squares::sum_of_squares`]) instead of a tensor of squares summed afterwards: the same
-    /// products and the same additions in the same order, so the same bits.
+    /// Global L2 norm of `grads` (one host sync; [`crate::kernels::global_norm`]).
     pub fn global_norm(grads: &[Tensor<2>]) -> f32 {
-        #[cfg(feature = "flex")]
-        if let Some(sums) = squares::host_sums(grads) {
-            return burn_flex::simd::kernels::sum_f32(&sums).sqrt();
-        }
-        Self::tensor_norm(grads)
-    }
-
-    /// [`Self::global_norm`] with burn's tensor ops (any device).
-    fn tensor_norm(grads: &[Tensor<2>]) -> f32 {
-        let sq: Vec<Tensor<1>> =
-            crate::util::parallel::par_map(grads.len(), |i| grads[i].clone().powi_scalar(2).sum());
-        to_vec(Tensor::cat(sq, 0).sum())[0].sqrt()
+        crate::kernels::global_norm(grads)
     }
 
     /// One AdamW step at learning rate `lr` on `weights` (non-autodiff) with `grads`. A non-finite
@@ -344,132 +328,5 @@ impl AdamW {
                 applied: true,
             },
         )
-    }
-}
-
-/// The gradient norm's per-tensor sums of squares on host values.
-#[cfg(feature = "flex")]
-mod squares {
-    use burn::tensor::Tensor;
-    use burn_flex::{Flex, FlexTensor};
-    use macerator::{Scalar, Simd, vload_unaligned};
-
-    /// burn-flex sums a contiguous f32 tensor of at least this many values in parallel chunks;
-    /// such tensors keep the backend's own path.
-    const PARALLEL_SUM: usize = 4 * 1024 * 1024;
-
-    /// `Σ g²` of each tensor, each as burn-flex computes `g.powi_scalar(2).sum()` (the squares
-    /// `g·g`, summed by its eight-accumulator kernel), or `None` where a tensor is not a
-    /// contiguous host tensor under [`PARALLEL_SUM`] values.
-    pub(super) fn host_sums(grads: &[Tensor<2>]) -> Option<Vec<f32>> {
-        let flex: Vec<FlexTensor> = grads
-            .iter()
-            .map(|g| g.clone().try_into_primitive::<Flex>().ok())
-            .collect::<Option<_>>()?;
-        let values: Vec<&[f32]> = flex
-            .iter()
-            .map(|t| t.as_slice::<f32>().filter(|s| s.len() < PARALLEL_SUM))
-            .collect::<Option<_>>()?;
-        Some(crate::util::parallel::par_map(values.len(), |i| {
-            sum_of_squares(values[i])
-        }))
-    }
-
-    /// `Σ x²` over `xs`, in exactly the order of burn-flex's `simd::kernels::sum_f32` over the
-    /// squares (its `sum_body`: eight vector accumulators over blocks of eight vectors, combined
-    /// as `((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))`, then the remaining whole vectors,
-    /// the lanes' reduction, plus the scalar tail), with the same SIMD dispatch (macerator's);
-    /// each square is a separate product, as `powi_scalar(2)` computes it, never an FMA.
-    #[macerator::with_simd]
-    pub fn sum_of_squares<S: Simd>(mut xs: &[f32]) -> f32 {
-        let lanes = f32::lanes::<S>();
-        let stride = lanes * 8;
-        let zero = 0.0f32.splat::<S>();
-        let (mut s0, mut s1, mut s2, mut s3) = (zero, zero, zero, zero);
-        let (mut s4, mut s5, mut s6, mut s7) = (zero, zero, zero, zero);
-        while xs.len() >= stride {
-            // SAFETY: `xs` holds at least eight whole vectors.
-            unsafe {
-                let p = xs.as_ptr();
-                let sq = |i: usize| {
-                    let v = vload_unaligned::<S, f32>(p.add(lanes * i));
-                    v * v
-                };
-                s0 += sq(0);
-                s1 += sq(1);
-                s2 += sq(2);
-                s3 += sq(3);
-                s4 += sq(4);
-                s5 += sq(5);
-                s6 += sq(6);
-                s7 += sq(7);
-            }
-            xs = &xs[stride..];
-        }
-        let mut sum = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7));
-        while xs.len() >= lanes {
-            // SAFETY: `xs` holds at least one whole vector.
-            let v = unsafe { vload_unaligned::<S, f32>(xs.as_ptr()) };
-            sum += v * v;
-            xs = &xs[lanes..];
-        }
-        sum.reduce_add() + xs.iter().map(|&x| x * x).sum::<f32>()
-    }
-}
-
-#[cfg(all(test, feature = "flex"))]
-mod tests {
-    use super::AdamW;
-    use crate::util::tensors::floats;
-    use burn::tensor::{Device, Tensor};
-
-    /// The host norm is bitwise the tensor ops' norm, and each tensor's host sum of squares is
-    /// bitwise `powi_scalar(2).sum()`: lengths with and without whole blocks of eight vectors, a
-    /// scalar tail, a lone value, exact zeros of both signs, tiny and huge values. It fails if
-    /// the accumulators are combined in another order (checked by mutation when written).
-    #[test]
-    fn the_host_norm_is_the_tensor_norm() {
-        let device = Device::flex();
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-        };
-        let shapes = [
-            [1, 1],
-            [3, 5],
-            [3, 17],
-            [5, 50],
-            [16, 8],
-            [128, 128],
-            [7, 129],
-            [256, 67],
-        ];
-        for dims in shapes {
-            let grads: Vec<Tensor<2>> = [1.0, -0.0, 0.0, 1e-20, 1e15, 3e-3]
-                .iter()
-                .enumerate()
-                .map(|(i, &scale)| {
-                    let mut v: Vec<f32> = (0..dims[0] * dims[1]).map(|_| next() * scale).collect();
-                    if i == 0 {
-                        v.iter_mut().step_by(3).for_each(|x| *x = -0.0);
-                    }
-                    floats(v, dims, &device)
-                })
-                .collect();
-            let sums = super::squares::host_sums(&grads).expect("host tensors");
-            for (g, s) in grads.iter().zip(&sums) {
-                let t = crate::util::tensors::to_vec(g.clone().powi_scalar(2).sum())[0];
-                assert_eq!(s.to_bits(), t.to_bits(), "{dims:?}: {s} vs {t}");
-            }
-            let (host, tensor) = (AdamW::global_norm(&grads), AdamW::tensor_norm(&grads));
-            assert_eq!(
-                host.to_bits(),
-                tensor.to_bits(),
-                "{dims:?}: {host} vs {tensor}"
-            );
-        }
     }
 }

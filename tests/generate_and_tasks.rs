@@ -329,7 +329,8 @@ fn eval_set_is_stable_by_seed_and_held_out() {
 /// offsets) drawn for every row as before, and on the dense model.
 #[test]
 fn leaving_finished_rows_out_changes_no_bit() {
-    use driftlab::generate::{generate_sharded, rows_left_out, with_every_row};
+    use driftlab::generate::generate_sharded;
+    use driftlab::kernels::hooks::{self, Node, Switch};
     use driftlab::model::LayerRouting;
     use driftlab::util::tensors::floats;
     use rand_distr::{Distribution, Normal};
@@ -373,10 +374,12 @@ fn leaving_finished_rows_out_changes_no_bit() {
             };
             generate_sharded(model, &prompts, &s, &mut rng, &mut routing_for, shards)
         };
-        let before = rows_left_out();
+        let counts = hooks::counts();
         let dropped = run();
-        assert!(rows_left_out() > before, "rows were left out");
-        let every = with_every_row(run);
+        assert!(counts.of(Node::RowsLeftOut) > 0, "rows were left out");
+        let counts = hooks::counts();
+        let every = hooks::with(Switch::EveryRow, run);
+        assert_eq!(counts.of(Node::RowsLeftOut), 0, "every row decoded");
         assert_eq!(dropped.responses, every.responses);
         let bits = |g: &driftlab::generate::Generation| -> Vec<Vec<u32>> {
             g.logp

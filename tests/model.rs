@@ -1,6 +1,7 @@
 //! Model invariants: replay, forced routing, router gradients, sparse dispatch, aux loss.
 
 mod common;
+use driftlab::kernels::hooks::{self, Node, Switch};
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{IndexingUpdateOp, Tensor};
 use common::*;
@@ -291,11 +292,11 @@ fn three_paths_agree(active: &[bool], starve: Option<usize>, through: bool) -> u
         (w, x, ids, out, (o.out * lw.clone()).sum().backward())
     };
     let (wa, xa, ids, outa, ga) = run(false);
-    let before = driftlab::model::fused::fused_layers();
+    let counts = hooks::counts();
     let (wf, xf, idsf, outf, gf) = run(true);
     assert!(
-        driftlab::model::fused::fused_layers() > before,
-        "the fused path ran"
+        counts.of(Node::FusedExperts) > 0,
+        "the fused path ran on this thread"
     );
     assert_eq!(ids, idsf);
     assert!(
@@ -558,7 +559,7 @@ fn the_fused_host_update_is_bitwise_the_tensor_update() {
 #[test]
 fn attention_node_and_tensor_path_agree_forward_and_gradients() {
     use driftlab::model::LayerCache;
-    use driftlab::model::attn_core::{core_calls, with_tensor_attention};
+
     let model = tiny_model(9);
     let task = sort_task(3);
     let batch = batch_of(&problems(&task, 5, 8));
@@ -588,15 +589,17 @@ fn attention_node_and_tensor_path_agree_forward_and_gradients() {
             (logits, plain, g)
         };
         if tensor_path {
-            with_tensor_attention(go)
+            hooks::with(Switch::Reference, go)
         } else {
             go()
         }
     };
-    let before = core_calls();
+    let counts = hooks::counts();
     let (la, pa, ga) = run(false);
-    assert!(core_calls() > before, "the attention node ran");
+    assert!(counts.of(Node::AttnQkv) > 0, "the attention node ran");
+    let counts = hooks::counts();
     let (lb, pb, gb) = run(true);
+    assert_eq!(counts.any(), 0, "no fast node ran under the reference");
     assert_eq!(
         la, pa,
         "the node gives the same logits with and without a graph"
@@ -648,7 +651,7 @@ fn attention_node_and_tensor_path_agree_forward_and_gradients() {
             logits
         };
         if tensor_path {
-            with_tensor_attention(go)
+            hooks::with(Switch::Reference, go)
         } else {
             go()
         }
@@ -665,11 +668,10 @@ fn attention_node_and_tensor_path_agree_forward_and_gradients() {
 /// recompute against the first update keeps on-policy ratios of exactly 1.
 #[test]
 fn fused_node_and_sparse_no_graph_forward_are_bitwise_equal() {
-    use driftlab::model::fused::{fused_layers, plain_layers};
     let model = tiny_model(12);
     let batch = batch_of(&problems(&sort_task(2), 6, 4));
     let opts = ForwardOptions::default();
-    let (before, before_plain) = (fused_layers(), plain_layers());
+    let counts = hooks::counts();
     let logits = |fused: bool| {
         let model = on_path(&model, fused);
         let plain = to_vec(model.forward(&batch, &opts).logits);
@@ -678,11 +680,11 @@ fn fused_node_and_sparse_no_graph_forward_are_bitwise_equal() {
     };
     let (plain, graph) = logits(true);
     assert!(
-        fused_layers() >= before + model.cfg.n_layers,
+        counts.of(Node::FusedExperts) >= model.cfg.n_layers,
         "the forward with a graph took the node in every layer"
     );
     assert!(
-        plain_layers() >= before_plain + model.cfg.n_layers,
+        counts.of(Node::PlainExperts) >= model.cfg.n_layers,
         "the forward without a graph took the fused forward in every layer"
     );
     let (sparse_plain, sparse_graph) = logits(false);
@@ -720,16 +722,16 @@ fn the_silu_mul_node_is_bitwise_the_tensor_form() {
         let grad = |t: &Tensor<2>| to_vec(t.grad(&g).expect("a gradient"));
         (value, grad(&a1), grad(&a3))
     };
-    let before = driftlab::model::silu_node::silu_nodes();
+    let counts = hooks::counts();
     let node = run(&silu_mul);
-    assert!(
-        driftlab::model::silu_node::silu_nodes() > before,
-        "the node ran"
-    );
+    assert!(counts.of(Node::SiluNode) > 0, "the node ran");
+    let counts = hooks::counts();
+    hooks::with(Switch::Reference, || run(&silu_mul));
+    assert_eq!(counts.of(Node::SiluNode), 0, "not under the reference");
     let tensor_form = |a1: Tensor<2>, a3: Tensor<2>| {
         let (h1, h3) = (to_vec(a1.clone().inner()), to_vec(a3.clone().inner()));
         let (mut c1, mut c3) = (vec![0.0; n * f], vec![0.0; n * f]);
-        driftlab::util::fastmath::silu_mul_consts(&h1, &h3, &mut c1, &mut c3);
+        driftlab::kernels::flex::fastmath::silu_mul_consts(&h1, &h3, &mut c1, &mut c3);
         let (c1, c3) = (floats(c1, [n, f], &device), floats(c3, [n, f], &device));
         let a1c = a1.clone().inner().autodiff();
         (a1 - a1c) * c1.autodiff() + a3 * c3.autodiff()
@@ -755,7 +757,6 @@ fn the_silu_mul_node_is_bitwise_the_tensor_form() {
 /// and replayed routes, through the load-balancing and z-losses too.
 #[test]
 fn the_fused_node_leaves_every_model_gradient_bitwise_unchanged() {
-    use driftlab::model::fused::fused_layers;
     use driftlab::model::{Model, RouterKind};
     use driftlab::optim::AdamW;
     let batch = batch_of(&problems(&sort_task(3), 6, 5));
@@ -806,10 +807,10 @@ fn the_fused_node_leaves_every_model_gradient_bitwise_unchanged() {
                     .collect::<Vec<_>>()
             };
             let sparse = grads(false);
-            let before = fused_layers();
+            let counts = hooks::counts();
             let fused = grads(true);
             assert!(
-                fused_layers() >= before + cfg.n_layers,
+                counts.of(Node::FusedExperts) >= cfg.n_layers,
                 "variant {i}: the fused node ran in every layer"
             );
             assert_eq!(sparse.len(), fused.len());
@@ -875,8 +876,8 @@ fn the_host_rms_norm_is_bitwise_the_tensor_ops() {
 /// zeros among the inputs and a row of zeros; a one-row product is left to the matrix product.
 #[test]
 fn the_projection_node_is_bitwise_the_matrix_product() {
-    use driftlab::model::attention::rot_source;
-    use driftlab::model::attn_core::{project_extended, with_tensor_attention};
+    use driftlab::kernels::flex::attn_core::project_extended;
+    use driftlab::kernels::rot_source;
     let device = flex();
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     for (n, d, heads) in [(40, 64, 4), (9, 128, 4), (3, 32, 2)] {
@@ -909,7 +910,7 @@ fn the_projection_node_is_bitwise_the_matrix_product() {
             let we = floats(ext.clone(), [d, 5 * d], &device);
             let product = |x: &Tensor<2>, we: &Tensor<2>| match node {
                 true => project_extended(x, we, heads).expect("the node applies"),
-                false => with_tensor_attention(|| x.clone().matmul(we.clone())),
+                false => x.clone().matmul(we.clone()),
             };
             let plain = to_vec(product(&x, &we));
             let (xa, wa) = (x.autodiff().require_grad(), we.autodiff().require_grad());
@@ -942,7 +943,6 @@ fn the_projection_node_is_bitwise_the_matrix_product() {
 /// over rows with left and right padding.
 #[test]
 fn padding_queries_left_out_change_no_bit() {
-    use driftlab::model::attn_core::{queries_left_out, with_every_query};
     let model = tiny_model(21);
     let mut batch = batch_of(&problems(&sort_task(4), 6, 12));
     // Right padding too: the last three positions of every other row.
@@ -976,10 +976,12 @@ fn padding_queries_left_out_change_no_bit() {
         let bits: Vec<u32> = l.iter().map(|x| x.to_bits()).collect();
         at_real(&bits, v, &batch.valid)
     };
-    let before = queries_left_out();
+    let counts = hooks::counts();
     let a = run();
-    assert!(queries_left_out() > before, "padding queries were left out");
-    let e = with_every_query(run);
+    assert!(counts.of(Node::QueriesLeftOut) > 0, "padding queries were left out");
+    let counts = hooks::counts();
+    let e = hooks::with(Switch::EveryQuery, run);
+    assert_eq!(counts.of(Node::QueriesLeftOut), 0, "every query computed");
     assert_eq!(real(&a.0), real(&e.0), "logits without a graph");
     assert_eq!(real(&a.1), real(&e.1), "logits with a graph");
     for (i, (x, y)) in a.2.iter().zip(&e.2).enumerate() {

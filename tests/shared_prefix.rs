@@ -174,7 +174,7 @@ fn the_shared_forward_declines_what_it_cannot_share() {
 /// native routing, R2 (π_old's routes replayed) and R3 (the rollout's).
 #[test]
 fn trainer_steps_are_the_same_with_the_shared_forward() {
-    use driftlab::model::shared::{shared_forwards, with_full_forwards};
+    use driftlab::kernels::hooks::{self, Node, Switch};
     use driftlab::rl::{Algorithm, GrpoConfig, RoutingMode, Trainer};
     use driftlab::task::{Task, TaskConfig};
     let task = Task::new(
@@ -202,10 +202,13 @@ fn trainer_steps_are_the_same_with_the_shared_forward() {
             (0..2).map(|_| t.step()).collect::<Vec<_>>()
         };
         let (shared, full, n) = pool.install(|| {
-            let before = shared_forwards();
+            let counts = hooks::counts();
             let shared = run();
-            let n = shared_forwards() - before;
-            (shared, with_full_forwards(run), n)
+            let n = counts.of(Node::SharedForward);
+            let full = hooks::counts();
+            let out = (shared, hooks::with(Switch::FullForwards, run), n);
+            assert_eq!(full.of(Node::SharedForward), 0, "full forwards share nothing");
+            out
         });
         assert!(n > 0, "{routing:?}: the trainer shared");
         for (a, b) in shared.iter().zip(&full) {
@@ -230,7 +233,7 @@ fn trainer_steps_are_the_same_with_the_shared_forward() {
 #[test]
 fn prefilling_a_group_once_changes_no_bit() {
     use driftlab::generate::{Generation, Sampling, generate_sharded};
-    use driftlab::model::shared::{shared_forwards, with_full_forwards};
+    use driftlab::kernels::hooks::{self, Node, Switch};
     use driftlab::util::tensors::floats;
     let vocab = Tokenizer.vocab_size();
     let toy = ModelConfig::preset(Preset::Toy, vocab).unwrap();
@@ -285,10 +288,13 @@ fn prefilling_a_group_once_changes_no_bit() {
             generate_sharded(&model, &prompts, &s, &mut rng, &mut opts, shards)
         };
         let (shared, full, n): (Generation, Generation, usize) = pool.install(|| {
-            let before = shared_forwards();
+            let counts = hooks::counts();
             let shared = run();
-            let n = shared_forwards() - before;
-            (shared, with_full_forwards(run), n)
+            let n = counts.of(Node::SharedForward);
+            let full = hooks::counts();
+            let out = (shared, hooks::with(Switch::FullForwards, run), n);
+            assert_eq!(full.of(Node::SharedForward), 0, "full forwards share nothing");
+            out
         });
         assert_eq!(n > 0, !noise, "shards {shards}, noise {noise}: shared");
         assert_eq!(shared.responses, full.responses);

@@ -192,6 +192,7 @@ const ABOVE_REPORT: &[&str] = &["commands", "cli", "run"];
 /// root of src/ is its own folder). A folder imports from its own layer and those below.
 const LAYERS: &[&[&str]] = &[
     &["util", "device"],
+    &["kernels"],
     &["model", "task", "optim"],
     &["generate", "coldstart", "rl"],
     &["metrics"],
@@ -645,6 +646,28 @@ fn the_layers_import_downward() {
 /// The layer of a top-level folder, bottom up from 0 (none for the crate root).
 fn layer(folder: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&folder))
+}
+
+/// The kernels sit between the utilities and the model: they import `util` only, so the model
+/// (and everything above) reads them and they never read the model.
+#[test]
+fn the_kernels_import_util_only() {
+    let g = source_graph();
+    let mut bad = Vec::new();
+    for (from, edges) in g.iter().filter(|(f, _)| top_folder(f) == "kernels") {
+        for (to, e) in edges {
+            let b = top_folder(to);
+            if b != "kernels" && b != "util" && b != "lib" {
+                bad.push(format!("{from}:{} reads {b} ({})", e.line, e.path));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "kernels import beyond util:\n{}", bad.join("\n"));
+    let model_reads_kernels = g
+        .iter()
+        .filter(|(f, _)| top_folder(f) == "model")
+        .any(|(_, edges)| edges.keys().any(|t| top_folder(t) == "kernels"));
+    assert!(model_reads_kernels, "the model reads its ops from the kernels");
 }
 
 #[test]

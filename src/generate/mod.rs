@@ -8,7 +8,6 @@ use rand::rngs::Xoshiro256PlusPlus;
 
 mod shards;
 use shards::{RouteLog, Shards, long_inner};
-pub use shards::{rows_left_out, with_every_row};
 
 /// How to pick each next token.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -198,7 +197,6 @@ pub fn generate_sharded(
             key_valid[r].push(active[r]);
         }
         // Rows that finished leave the shards' batches where that keeps every bit.
-        #[cfg(feature = "flex")]
         sh.drop_finished(&active, long_inner(&model.cfg));
         let pos = pw + step;
         last = sh.decode(

@@ -3,6 +3,8 @@
 //! the steps used.
 
 use crate::model::{ForwardOptions, LayerCache, LayerRouting, Model, NO_ROUTE, SeqBatch};
+use crate::kernels::gemm_paths;
+use crate::kernels::hooks::{self, Node, Switch};
 use crate::util::rows_from;
 use crate::util::tensors::{ints, to_vec};
 
@@ -52,25 +54,6 @@ impl RouteLog {
     }
 }
 
-thread_local! {
-    static EVERY_ROW: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    static LEFT_OUT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-/// For tests: `f` with every row of a generation decoded until the batch ends (finished rows
-/// are not left out) on this thread.
-#[doc(hidden)]
-pub fn with_every_row<T>(f: impl FnOnce() -> T) -> T {
-    crate::util::with_flag(&EVERY_ROW, f)
-}
-
-/// For tests: how many rows generations on this thread have left out so far (each time a
-/// shard drops rows, the number dropped).
-#[doc(hidden)]
-pub fn rows_left_out() -> usize {
-    LEFT_OUT.get()
-}
-
 /// Contiguous row shards of a generation, each with its own KV cache.
 pub(super) struct Shards {
     bounds: Vec<std::ops::Range<usize>>,
@@ -80,24 +63,20 @@ pub(super) struct Shards {
     rows: Vec<Vec<usize>>,
 }
 
-/// Whether a product of a decoding step has an inner dimension over 512, which gemm splits into
-/// blocks by a rule that differs for products of at most 64 rows and 64 columns (see
-/// [`rows_to_keep`]).
+/// Whether a product of a decoding step has an inner dimension beyond one k-block, which gemm
+/// splits by a rule that differs for small products (see [`rows_to_keep`]).
 pub(super) fn long_inner(cfg: &crate::model::ModelConfig) -> bool {
-    cfg.d_model.max(cfg.dense_d_ff()) > 512
+    !gemm_paths::one_block(cfg.d_model.max(cfg.dense_d_ff()))
 }
 
 /// Which of a shard's `rows` the next decoding steps feed (indices into `rows`), or `None` to
 /// keep them all: its active rows, and finished rows in order up to a floor, when that leaves out
-/// at least a quarter of them. The floor keeps every product of the step on the gemm path (and
-/// blocking) it takes with all rows, so a kept row's numbers keep their bits: with a row-major
-/// output gemm computes the transposed product, whose columns are these rows; one column is its
-/// vector path, so at least 2 rows stay; the inner dimension is one block up to 512 whatever
-/// the shape, and beyond it blocked by another rule for at most 64 columns (and 64 rows), so
-/// with `long_inner` a shard of more than 64 rows keeps more than 64.
+/// at least a quarter of them. The floor ([`gemm_paths::decode_row_floor`]) keeps every product
+/// of the step on the gemm path (and blocking) it takes with all rows, so a kept row's numbers
+/// keep their bits.
 fn rows_to_keep(rows: &[usize], active: &[bool], long_inner: bool) -> Option<Vec<usize>> {
     let n = rows.len();
-    let floor = if long_inner && n > 64 { 65 } else { n.min(2) };
+    let floor = gemm_paths::decode_row_floor(n, long_inner);
     let live = rows.iter().filter(|&&r| active[r]).count();
     if live.max(floor) * 4 > n * 3 {
         return None;
@@ -156,25 +135,24 @@ impl Shards {
     }
 
     /// Leave finished rows out of a shard's next decoding steps ([`rows_to_keep`]), on the CPU
-    /// backend, whose host cache drops them ([`crate::model::attn_core::HostKv::keep_rows`]); a
-    /// finished row's logits are never read again. A shard whose cache is the tensor path's
-    /// (a GPU's) keeps its rows.
-    #[cfg(feature = "flex")]
+    /// backend, whose host cache drops them ([`LayerCache::keep_rows`]); a finished row's
+    /// logits are never read again. A shard whose cache is the tensor path's (a GPU's) keeps
+    /// its rows.
     pub(super) fn drop_finished(&mut self, active: &[bool], long_inner: bool) {
-        if EVERY_ROW.get() {
+        if hooks::is_on(Switch::EveryRow) {
             return;
         }
         for (rows, cache) in self.rows.iter_mut().zip(&mut self.caches) {
-            if cache.iter().any(|c| c.k.is_some() || c.host.is_empty()) {
+            if !cache.iter().all(LayerCache::on_host) {
                 continue;
             }
             let Some(keep) = rows_to_keep(rows, active, long_inner) else {
                 continue;
             };
             for c in cache.iter_mut() {
-                c.host.keep_rows(&keep);
+                c.keep_rows(&keep);
             }
-            LEFT_OUT.set(LEFT_OUT.get() + rows.len() - keep.len());
+            hooks::count(Node::RowsLeftOut, rows.len() - keep.len());
             *rows = keep.iter().map(|&i| rows[i]).collect();
         }
     }
@@ -201,7 +179,6 @@ impl Shards {
                 tokens: ptok[r.start * pw..r.end * pw].to_vec(),
                 valid: pvalid[r.start * pw..r.end * pw].to_vec(),
             };
-            #[cfg(feature = "flex")]
             if let Some(out) = prefill_shared(model, &prefill, &opts[i], cache) {
                 return out;
             }
@@ -290,7 +267,7 @@ fn last_logits(logits: burn::tensor::Tensor<2>, (n, pw, v): (usize, usize, usize
 
 /// A shard's prefill on the CPU backend with each run of identical prompt rows (a prompt
 /// group's G copies) computed once: the prompts' forward on one row per run, its cache rows then
-/// copied to every row of the run ([`crate::model::attn_core::HostKv::take_rows`]), and its last
+/// copied to every row of the run ([`LayerCache::take_rows`]), and its last
 /// logits and routes likewise. The same bits as the prefill of every row: a row's numbers do not
 /// depend on the other rows of a product as long as every product keeps its gemm path, which the
 /// experts keep through `LayerRouting::repeats` and the token-wise products through
@@ -298,7 +275,6 @@ fn last_logits(logits: burn::tensor::Tensor<2>, (n, pw, v): (usize, usize, usize
 /// (nothing computed) where no row repeats, rows get forced routes, or the model and options do
 /// not allow a compact forward (`Model::may_compact`: router noise, an inner dimension over 512,
 /// another device, …).
-#[cfg(feature = "flex")]
 fn prefill_shared(
     model: &Model,
     batch: &SeqBatch,
@@ -354,7 +330,7 @@ fn prefill_shared(
         cache.clear();
         return None;
     }
-    cache.iter_mut().for_each(|l| l.host.take_rows(&src));
+    cache.iter_mut().for_each(|l| l.take_rows(&src));
     count_shared();
     let last = rows_from(&last_logits(out.logits, (c, pw, v)), &src, v);
     let used = (out.traces.iter())

@@ -1,19 +1,10 @@
 //! The instrumented MoE transformer: decoder-only, RoPE attention, RMSNorm, MoE or dense FFN.
 
 pub mod attention;
-#[cfg(feature = "flex")]
-pub mod attn_core;
 pub mod config;
-#[cfg(feature = "flex")]
-pub mod fused;
-#[cfg(feature = "flex")]
-pub mod host_mm;
 pub mod moe;
 pub mod routes;
-#[cfg(feature = "flex")]
 pub mod shared;
-#[cfg(feature = "flex")]
-pub mod silu_node;
 pub mod weights;
 
 pub use attention::LayerCache;
@@ -21,7 +12,7 @@ pub use config::{ExpertPath, FfnKind, ModelConfig, Preset, RouterKind};
 pub use moe::{LayerRouting, NO_ROUTE, RoutingTrace, native_topk};
 pub use weights::{ParamGroup, Weights};
 
-use crate::util::tensors::log_softmax;
+use crate::kernels::log_softmax;
 use attention::{Mask, Rope, attention};
 use burn::tensor::{Device, Tensor};
 use weights::FfnWeights;
@@ -109,60 +100,14 @@ pub struct Model {
     qkv_ext: Option<std::sync::Arc<Vec<Tensor<2>>>>,
 }
 
+/// `x / sqrt(mean(x²) + ε) · gain`, row by row ([`crate::kernels::rms_norm`]).
 pub fn rms_norm(x: Tensor<2>, gain: &Tensor<2>) -> Tensor<2> {
-    #[cfg(feature = "flex")]
-    if !x.is_autodiff() && !gain.is_autodiff() && crate::util::tensors::is_host(&x.device()) {
-        return rms_norm_host(x, gain);
-    }
-    let inv = (x.clone().powi_scalar(2).mean_dim(1) + RMS_EPS)
-        .sqrt()
-        .recip(); // [N, 1]
-    x * inv * gain.clone()
-}
-
-/// [`rms_norm`] without a graph on the CPU backend: one pass on the host instead of seven
-/// tensor ops, bitwise the same. The ops it replaces are elementwise and correctly rounded
-/// (`x·x`, `/ d`, `+ ε`, `sqrt`, `1 / ·`, `x·inv`, `·gain`, in that order) except the row sum,
-/// which is the CPU backend's own row-sum kernel (what its `mean_dim` over the last dimension
-/// of a contiguous tensor runs), so the lanes add up in its order.
-/// (Host memory on the CPU backend: read and written in place, no transfer counted.)
-#[cfg(feature = "flex")]
-fn rms_norm_host(x: Tensor<2>, gain: &Tensor<2>) -> Tensor<2> {
-    use burn_flex::{Flex, FlexTensor};
-    let [n, d] = x.dims();
-    let prim = |t: Tensor<2>| t.try_into_primitive::<Flex>().expect("a flex tensor");
-    let (xp, gp) = (prim(x), prim(gain.clone()));
-    // `host` reads a contiguous tensor in place and copies any other.
-    let (x, g) = (host_mm::host(&xp), host_mm::host(&gp));
-    assert_eq!(
-        g.len(),
-        d,
-        "rms_norm gain has {} entries for width {d}",
-        g.len()
-    );
-    let sq: Vec<f32> = x.iter().map(|v| v * v).collect();
-    let mut sums = vec![0.0f32; n];
-    if n > 0 && d > 0 {
-        burn_flex::simd::kernels::sum_rows_f32(&sq, &mut sums, n, d);
-    }
-    let mut out = sq;
-    for ((o, row), s) in out
-        .chunks_exact_mut(d.max(1))
-        .zip(x.chunks_exact(d.max(1)))
-        .zip(&sums)
-    {
-        let inv = 1.0 / (s / d as f32 + RMS_EPS).sqrt();
-        for ((o, &v), &g) in o.iter_mut().zip(row).zip(g.iter()) {
-            *o = v * inv * g;
-        }
-    }
-    let out = FlexTensor::from_data(burn::tensor::TensorData::new(out, [n, d]));
-    Tensor::from_primitive::<Flex>(out)
+    crate::kernels::rms_norm(x, gain, RMS_EPS)
 }
 
 impl Model {
     pub fn new(cfg: ModelConfig, weights: Weights, device: &Device) -> Self {
-        let rope = Rope::new(&cfg, device);
+        let rope = attention::rope(&cfg, device);
         Model {
             cfg,
             weights,
@@ -207,7 +152,7 @@ impl Model {
     /// operations, so every number is the same.
     pub fn with_extended_qkv(&self) -> Self {
         let ext = (self.weights.blocks.iter())
-            .map(|blk| self.rope.extend_qkv(blk.wqkv.clone()))
+            .map(|blk| crate::kernels::extend_qkv(&self.rope, blk.wqkv.clone()))
             .collect();
         Model {
             qkv_ext: Some(std::sync::Arc::new(ext)),
@@ -262,11 +207,9 @@ impl Model {
         opts: &ForwardOptions<'_>,
         sh: Shared,
     ) -> (Tensor<2>, Vec<RoutingTrace>) {
-        #[cfg(feature = "flex")]
         if let Some(out) = self.forward_shared(batch, opts, sh) {
             return out;
         }
-        let _ = sh;
         let o = self.forward(batch, opts);
         (o.logits, o.traces)
     }
@@ -278,16 +221,15 @@ impl Model {
         opts: &ForwardOptions<'_>,
         sh: Shared,
     ) -> Vec<RoutingTrace> {
-        #[cfg(feature = "flex")]
         if let Some(t) = self.route_traces_shared(batch, opts, sh) {
             return t;
         }
-        let _ = sh;
         self.route_traces(batch, opts)
     }
 
-    /// The blocks of a forward: the residual stream after the last block run, and each MoE
-    /// layer's trace and loss terms. With `routes_only`, stop at the last MoE layer's router.
+    /// The blocks of a forward over every position of `batch`: the residual stream after the
+    /// last block run, and each MoE layer's trace and loss terms. With `routes_only`, stop at
+    /// the last MoE layer's router.
     fn blocks(
         &self,
         batch: &SeqBatch,
@@ -304,8 +246,35 @@ impl Model {
             pos0 + s,
             cfg.max_seq_len
         );
-        let device = self.device();
-        let ids: Vec<usize> = batch.tokens.iter().map(|&t| t as usize).collect();
+        let mask = Mask::new(key_valid, b, pos0, s, &self.device());
+        if let Some(c) = cache.as_deref_mut() {
+            c.resize_with(cfg.n_layers, LayerCache::default);
+        }
+        let pass = Pass {
+            tokens: &batch.tokens,
+            valid: &batch.valid,
+            attend: &mut |l, blk, h| {
+                let layer_cache = cache.as_deref_mut().map(|c| &mut c[l]);
+                let ext = (&self.rope, self.qkv_ext.as_ref().map(|e| &e[l]));
+                Some(attention(blk, cfg, ext, h, (b, s), &mask, layer_cache))
+            },
+            routing: &|l| opts.routing.get(l).cloned().unwrap_or_default(),
+        };
+        self.run_blocks(pass, opts, routes_only)
+            .expect("a full forward's attention always applies")
+    }
+
+    /// The block loop every forward runs, full or over compact rows (what differs is in
+    /// `pass`): per block, RMS norm, attention, the residual; RMS norm, the MoE or dense FFN, the
+    /// residual (rounded to bf16 after each sublayer where the options ask). `None` where
+    /// `pass`'s attention does not apply (a compact forward then falls back to the full one).
+    fn run_blocks(
+        &self,
+        pass: Pass<'_, '_>,
+        opts: &ForwardOptions<'_>,
+        routes_only: bool,
+    ) -> Option<Blocks> {
+        let cfg = &self.cfg;
         let round = |x: Tensor<2>| if opts.round_bf16 { round_bf16(x) } else { x };
         let moe = |f: &FfnWeights| matches!(f, FfnWeights::Moe(_));
         let n_blocks = match routes_only {
@@ -316,42 +285,24 @@ impl Model {
         };
         let mut out = Blocks::default();
         if n_blocks == 0 {
-            return out;
+            return Some(out);
         }
-        let embedded = self
-            .weights
-            .embed
-            .clone()
-            .select(0, crate::util::tensors::ints(&ids, [b * s], &device));
-        let mut x = round(embedded); // [B·S, D]
-        let mask = Mask::new(key_valid, b, pos0, s, &device);
-        if let Some(c) = cache.as_deref_mut() {
-            c.resize_with(cfg.n_layers, LayerCache::default);
-        }
+        let ids: Vec<usize> = pass.tokens.iter().map(|&t| t as usize).collect();
+        let ids = crate::util::tensors::ints(&ids, [ids.len()], &self.device());
+        let mut x = round(self.weights.embed.clone().select(0, ids)); // [rows, D]
         for (l, blk) in self.weights.blocks.iter().enumerate().take(n_blocks) {
-            let layer_cache = cache.as_deref_mut().map(|c| &mut c[l]);
             let h = rms_norm(x.clone(), &blk.attn_norm);
-            let ext = self.qkv_ext.as_ref().map(|e| &e[l]);
-            let a = attention(
-                blk,
-                cfg,
-                (&self.rope, ext),
-                h,
-                (b, s, pos0),
-                &mask,
-                layer_cache,
-            );
-            x = round(x + a);
+            x = round(x + (pass.attend)(l, blk, h)?);
             let h = rms_norm(x.clone(), &blk.ffn_norm);
-            let routing = || opts.routing.get(l).cloned().unwrap_or_default();
             let y = match &blk.ffn {
                 FfnWeights::Moe(mw) if routes_only && l + 1 == n_blocks => {
-                    let t = moe::moe_routes(mw, cfg, h, routing(), opts.want_probs);
+                    let t = moe::moe_routes(mw, cfg, h, (pass.routing)(l), opts.want_probs);
                     out.traces.push(t);
-                    break;
+                    return Some(out);
                 }
                 FfnWeights::Moe(mw) => {
-                    let o = moe::moe_forward(mw, cfg, h, &batch.valid, routing(), opts.want_probs);
+                    let routing = (pass.routing)(l);
+                    let o = moe::moe_forward(mw, cfg, h, pass.valid, routing, opts.want_probs);
                     out.traces.push(o.trace);
                     out.aux.push(o.aux_loss);
                     out.z.push(o.z_loss);
@@ -363,8 +314,19 @@ impl Model {
             x = round(x + y);
         }
         out.x = Some(x);
-        out
+        Some(out)
     }
+}
+
+/// What a forward's rows are, for [`Model::run_blocks`]: their tokens and validity, their
+/// attention per block (normalised input to output after `W_o`; `None` where it does not
+/// apply), and their routing per layer.
+struct Pass<'p, 'r> {
+    tokens: &'p [u32],
+    valid: &'p [bool],
+    #[allow(clippy::type_complexity)]
+    attend: &'p mut dyn FnMut(usize, &weights::BlockWeights, Tensor<2>) -> Option<Tensor<2>>,
+    routing: &'p dyn Fn(usize) -> LayerRouting<'r>,
 }
 
 /// What [`Model::blocks`] ran: the residual stream (none if no block ran) and, per MoE layer,

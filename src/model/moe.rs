@@ -1,6 +1,6 @@
 //! MoE feed-forward: router (softmax, or sigmoid with a selection bias) → native top-k → gates →
 //! sparse dispatch to SwiGLU experts (on the CPU backend through the fused expert node of
-//! [`super::fused`], bitwise the same numbers).
+//! [`crate::kernels::fused_experts`], bitwise the same numbers).
 //!
 //! The router always computes its native top-k (for the trace and for drift), even when the
 //! experts to run are forced (Routing Replay). Forced or not, the gates are the live router
@@ -11,7 +11,7 @@ use super::config::{ModelConfig, RouterKind};
 use super::routes::used_ids;
 pub use super::routes::{NO_ROUTE, native_topk};
 use super::weights::{MoeWeights, SwiGlu};
-use crate::util::tensors::softmax;
+use crate::kernels::softmax;
 use crate::util::tensors::{floats, ints, to_vec};
 use burn::tensor::{IndexingUpdateOp, Tensor};
 
@@ -101,56 +101,9 @@ pub fn swiglu(w: &SwiGlu, x: Tensor<2>) -> Tensor<2> {
     silu_mul(a1, a3).matmul(w.w2.clone())
 }
 
-/// `silu(a1) ⊙ a3`.
-///
-/// With autodiff, built so that the backward pass needs no `exp`: the sigmoid is evaluated once
-/// on constants and the result is `(a1 − sg(a1)) ⊙ c1 + a3 ⊙ c3` with `c3 = silu(a1)` and
-/// `c1 = a3 ⊙ silu'(a1)`, `silu'(a) = σ(a)(1 + a(1 − σ(a)))` (sg = stop-gradient). Its value is
-/// exactly `silu(a1) ⊙ a3` (the first term is exactly zero) and its gradients are the exact
-/// first derivatives. burn's own `silu` re-evaluates the sigmoid in the backward pass, and scalar
-/// `exp` dominated the MoE layer's time on CPU.
-///
-/// On the CPU backend the constants are computed on the host with [`crate::util::fastmath::sigmoid`]
-/// (vectorised; flex's `exp` is scalar libm); other devices use burn's sigmoid. Either way the
-/// no-graph value is computed with the same operations in the same order as the autodiff value,
-/// so a forward with and without autodiff gives bitwise-identical results on one device.
+/// `silu(a1) ⊙ a3` ([`crate::kernels::silu_mul`]: built so that a backward needs no `exp`).
 pub fn silu_mul(a1: Tensor<2>, a3: Tensor<2>) -> Tensor<2> {
-    use burn::tensor::activation::sigmoid;
-    let autodiff = a1.is_autodiff() || a3.is_autodiff();
-    if crate::util::tensors::is_host(&a1.device()) {
-        let dims = a1.dims();
-        let device = a1.device().inner();
-        if !autodiff {
-            // No graph: both inputs are read by move (no copy where nothing else holds them).
-            let (x1, x3) = (to_vec(a1.inner()), to_vec(a3.inner()));
-            let mut y = vec![0.0; x1.len()];
-            crate::util::fastmath::silu_mul(&x1, &x3, &mut y);
-            return floats(y, dims, &device);
-        }
-        #[cfg(feature = "flex")]
-        if let Some(y) = super::silu_node::silu_mul_tracked(&a1, &a3) {
-            return y;
-        }
-        let x1 = to_vec(a1.clone().inner());
-        let x3 = to_vec(a3.clone().inner());
-        let n = x1.len();
-        let (mut c1, mut c3) = (vec![0.0; n], vec![0.0; n]);
-        crate::util::fastmath::silu_mul_consts(&x1, &x3, &mut c1, &mut c3);
-        let c1 = floats(c1, dims, &device).autodiff();
-        let c3 = floats(c3, dims, &device).autodiff();
-        let a1c = a1.clone().inner().autodiff();
-        return (a1 - a1c) * c1 + a3 * c3;
-    }
-    if !autodiff {
-        // Same operations, in the same order, as the value of the autodiff branch below.
-        return a3 * (a1.clone() * sigmoid(a1));
-    }
-    let (a1c, a3c) = (a1.clone().inner(), a3.clone().inner());
-    let s = sigmoid(a1c.clone());
-    let c3 = a1c.clone() * s.clone();
-    let c1 = a3c * (s.clone() + a1c.clone() * s.clone() * (s.neg() + 1.0));
-    let (c1, c3, a1c) = (c1.autodiff(), c3.autodiff(), a1c.autodiff());
-    (a1 - a1c) * c1 + a3 * c3
+    crate::kernels::silu_mul(a1, a3)
 }
 
 /// The router half of a MoE layer: its logits, what the gates are gathered from, the router
@@ -369,21 +322,12 @@ fn dispatch(
     if cfg.norm_topk {
         gates = gates.clone() / gates.sum_dim(1);
     }
-    #[cfg(feature = "flex")]
-    if cfg.expert_path == super::config::ExpertPath::Fused && crate::util::tensors::is_host(&device)
-    {
-        let ws: Vec<[Tensor<2>; 3]> = w
-            .experts
-            .iter()
+    if cfg.expert_path == super::config::ExpertPath::Fused {
+        let ws: Vec<[Tensor<2>; 3]> = (w.experts.iter())
             .map(|e| [e.w1.clone(), e.w3.clone(), e.w2.clone()])
             .collect();
         let (x, g) = (x.clone(), gates.clone());
-        let y = if x.is_autodiff() {
-            super::fused::fused_experts(x, g, &ws, used, active)
-        } else {
-            super::fused::fused_experts_plain(x, g, &ws, (used, repeats), active)
-        };
-        if let Some(y) = y {
+        if let Some(y) = crate::kernels::fused_experts(x, g, &ws, (used, repeats), active) {
             return y;
         }
     }

@@ -23,46 +23,30 @@
 //! holds (see [`Model::forward_shared`]); it is checked against the full forward, every logit
 //! and every trace bit for bit, in `tests/shared_prefix.rs`.
 
-use super::attn_core::{attention_shared, node_spans, project_extended};
-use super::moe::{self, LayerRouting, NO_ROUTE, RoutingTrace};
+use crate::kernels::hooks::{self, Node, Switch};
+use crate::kernels::{attention_shared, gemm_paths, node_spans, project_qkv};
+use super::moe::{LayerRouting, NO_ROUTE, RoutingTrace};
 use super::weights::FfnWeights;
-use super::{ExpertPath, ForwardOptions, Model, SeqBatch, Shared, rms_norm, round_bf16};
+use super::{ExpertPath, ForwardOptions, Model, Pass, SeqBatch, Shared, rms_norm};
 use crate::util::rows_from;
-use crate::util::tensors::{floats, ints, is_host, to_vec};
+use crate::util::tensors::{floats, is_host, to_vec};
 use burn::tensor::Tensor;
-use std::cell::Cell;
 use std::ops::Range;
 
-thread_local! {
-    static FULL: Cell<bool> = const { Cell::new(false) };
-    static SHARED: Cell<usize> = const { Cell::new(0) };
-}
-
-/// Forwards that shared rows so far on this thread (a test's proof that one did).
-pub fn shared_forwards() -> usize {
-    SHARED.with(Cell::get)
-}
-
-/// Run `f` with every forward of this thread the full one (tests compare the two).
-pub fn with_full_forwards<T>(f: impl FnOnce() -> T) -> T {
-    crate::util::with_flag(&FULL, f)
-}
-
-/// Whether a forward on this thread may share rows: not under [`with_full_forwards`]; counted
-/// when it does ([`shared_forwards`]).
+/// Whether a forward on this thread may share rows (not under
+/// [`crate::kernels::hooks::Switch::FullForwards`]).
 pub(crate) fn may_share() -> bool {
-    !FULL.with(Cell::get)
+    !hooks::is_on(Switch::FullForwards)
 }
 
-/// Count a forward that shared rows.
+/// Count a forward that shared rows ([`crate::kernels::hooks::Node::SharedForward`]).
 pub(crate) fn count_shared() {
-    SHARED.with(|c| c.set(c.get() + 1));
+    hooks::count(Node::SharedForward, 1);
 }
 
 /// Whether `rows` token rows keep every token-wise product of `cfg` on gemm's general path
-/// as more rows do: at least 2 rows (one is gemm's vector path) and more than 256 outputs in
-/// the narrowest product (an MoE router's `n_experts` columns, the head's vocabulary,
-/// `d_model`, `d_ff`).
+/// as more rows do ([`gemm_paths::keeps_general_path`] for the narrowest product: an MoE
+/// router's `n_experts` columns, the head's vocabulary, `d_model`, `d_ff`).
 pub(crate) fn general_rows(cfg: &super::ModelConfig, rows: usize) -> bool {
     let router = if cfg.is_moe() {
         cfg.n_experts
@@ -70,7 +54,7 @@ pub(crate) fn general_rows(cfg: &super::ModelConfig, rows: usize) -> bool {
         usize::MAX
     };
     let narrowest = [router, cfg.vocab_size, cfg.d_model, cfg.d_ff];
-    rows >= 2 && rows * narrowest.into_iter().min().unwrap_or(1) > 256
+    gemm_paths::keeps_general_path(rows, narrowest.into_iter().min().unwrap_or(1))
 }
 
 /// Where a shared forward's compact rows sit in the batch.
@@ -214,7 +198,7 @@ impl Model {
             && sh.group >= 2
             && b.is_multiple_of(sh.group)
             && (1..s).contains(&sh.prefix)
-            && s * s > 256
+            && gemm_paths::sharing_worthwhile(s)
     }
 
     /// What every forward that computes rows shared by several batch rows once needs, whatever
@@ -229,7 +213,7 @@ impl Model {
         may_share()
             && is_host(&self.device())
             && !self.weights.embed.is_autodiff()
-            && inner.iter().all(|&n| n <= 512)
+            && inner.iter().all(|&n| gemm_paths::one_block(n))
             && (!cfg.is_moe() || cfg.expert_path == ExpertPath::Fused)
             && opts.routing.iter().all(|r| {
                 r.logit_offset.is_none()
@@ -269,76 +253,41 @@ impl Model {
             return None;
         }
         let device = self.device();
-        let round = |x: Tensor<2>| if opts.round_bf16 { round_bf16(x) } else { x };
-        let moe = |b: &super::weights::BlockWeights| matches!(b.ffn, FfnWeights::Moe(_));
-        let blocks = &self.weights.blocks;
-        let n_blocks = match routes_only {
-            true => blocks.iter().rposition(moe).map_or(0, |l| l + 1),
-            false => blocks.len(),
-        };
-        let ids: Vec<usize> = lay
-            .gather(&batch.tokens, 1)
-            .iter()
-            .map(|&t| t as usize)
-            .collect();
+        let tokens = lay.gather(&batch.tokens, 1);
         let valid = lay.gather(&batch.valid, 1);
-        let c = ids.len();
-        let mut x = Some(round(
-            self.weights
-                .embed
-                .clone()
-                .select(0, ints(&ids, [c], &device)),
-        ));
-        let mut traces = Vec::new();
-        for (l, blk) in blocks.iter().enumerate().take(n_blocks) {
-            let xl = x.take()?;
-            let h = rms_norm(xl.clone(), &blk.attn_norm);
-            let w_ext = match &self.qkv_ext {
-                Some(e) => e[l].clone(),
-                None => self.rope.extend_qkv(blk.wqkv.clone()),
-            };
-            let qkv = project_extended(&h, &w_ext, cfg.n_heads).unwrap_or_else(|| h.matmul(w_ext));
-            let tables = (&self.rope.cos, &self.rope.sin);
-            let shape = (b, s, cfg.n_heads);
-            let spans = lay.spans.clone();
-            let ctx = attention_shared(&qkv, &lay.src, tables, shape, &batch.valid, spans)?;
-            let ctx = floats(lay.gather(&ctx, d), [c, d], &device);
-            let xl = round(xl + ctx.matmul(blk.wo.clone()));
-            let h = rms_norm(xl.clone(), &blk.ffn_norm);
-            let routing = LayerRouting {
+        let (c, shape) = (tokens.len(), (b, s, cfg.n_heads));
+        let pass = Pass {
+            tokens: &tokens,
+            valid: &valid,
+            attend: &mut |l, blk, h| {
+                let w_ext = match &self.qkv_ext {
+                    Some(e) => e[l].clone(),
+                    None => crate::kernels::extend_qkv(&self.rope, blk.wqkv.clone()),
+                };
+                let qkv = project_qkv(&h, &w_ext, cfg.n_heads);
+                let spans = lay.spans.clone();
+                let ctx = attention_shared(&qkv, &lay.src, &self.rope, shape, &batch.valid, spans)?;
+                let ctx = floats(lay.gather(&ctx, d), [c, d], &device);
+                Some(ctx.matmul(blk.wo.clone()))
+            },
+            routing: &|l| LayerRouting {
                 forced: forced.get(l).and_then(|f| f.as_deref()),
                 want_input: opts.routing.get(l).is_some_and(|r| r.want_input),
                 repeats: Some(&lay.repeats),
                 ..LayerRouting::default()
-            };
-            let y = match &blk.ffn {
-                FfnWeights::Moe(mw) if routes_only && l + 1 == n_blocks => {
-                    let t = moe::moe_routes(mw, cfg, h, routing, opts.want_probs);
-                    traces.push(t);
-                    x = None;
-                    break;
-                }
-                FfnWeights::Moe(mw) => {
-                    let o = moe::moe_forward(mw, cfg, h, &valid, routing, opts.want_probs);
-                    traces.push(o.trace);
-                    o.out
-                }
-                FfnWeights::Dense(sw) => moe::swiglu(sw, h),
-            };
-            x = Some(round(xl + y));
-        }
+            },
+        };
+        let out = self.run_blocks(pass, opts, routes_only)?;
         // The traces in the batch layout; the MoE layers are the blocks' first ones with one.
-        let moe_layers = blocks
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| moe(b))
+        let moe_layers = (self.weights.blocks.iter().enumerate())
+            .filter(|(_, b)| matches!(b.ffn, FfnWeights::Moe(_)))
             .map(|(l, _)| l);
-        let traces = (traces.into_iter().zip(moe_layers))
+        let traces = (out.traces.into_iter().zip(moe_layers))
             .map(|(t, l)| {
                 let f = opts.routing.get(l).and_then(|r| r.forced);
                 lay.expand_trace(t, f, cfg.n_experts)
             })
             .collect();
-        Some((x, traces, lay))
+        Some((out.x, traces, lay))
     }
 }

@@ -79,48 +79,6 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-/// `e^x` elementwise. On the CPU backend through [`crate::util::fastmath::exp`] (flex's `exp` is scalar
-/// libm), built under autodiff as `c + c ⊙ (x − sg(x))` with the constant `c = e^x`: its value
-/// is exactly `c` and its gradient exactly `c`. The value is the same with and without autodiff.
-pub fn exp<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    if !is_host(&x.device()) {
-        return x.exp();
-    }
-    let dims = x.dims();
-    let device = x.device().inner();
-    if !x.is_autodiff() {
-        // No graph: the input is read by move (no copy where nothing else holds it) and
-        // exponentiated in place.
-        let mut v = to_vec(x);
-        crate::util::fastmath::exp_in_place(&mut v);
-        return floats(v, dims, &device);
-    }
-    let xc = x.clone().inner();
-    let mut e = to_vec(xc.clone());
-    crate::util::fastmath::exp_in_place(&mut e);
-    let c = floats(e, dims, &device).autodiff();
-    c.clone() + c * (x - xc.autodiff())
-}
-
-/// Softmax along `dim`, from primitive ops. burn's own softmax takes a different path with
-/// autodiff than without, which changes the last bit; this one gives bitwise-identical values
-/// with and without autodiff, so a no-graph recompute of π_old equals the first update's forward.
-pub fn softmax<const D: usize>(x: burn::tensor::Tensor<D>, dim: usize) -> burn::tensor::Tensor<D> {
-    let m = x.clone().detach().max_dim(dim);
-    let e = (x - m).exp();
-    e.clone() / e.sum_dim(dim)
-}
-
-/// Log-softmax along `dim` (same construction as [`softmax`]).
-pub fn log_softmax<const D: usize>(
-    x: burn::tensor::Tensor<D>,
-    dim: usize,
-) -> burn::tensor::Tensor<D> {
-    let m = x.clone().detach().max_dim(dim);
-    let shifted = x - m;
-    shifted.clone() - shifted.exp().sum_dim(dim).log()
-}
-
 /// Whether `device` is the CPU backend, where host-side elementwise kernels beat a round trip
 /// through the backend (on a GPU they would force a transfer).
 pub fn is_host(device: &Device) -> bool {
@@ -132,37 +90,5 @@ pub fn is_host(device: &Device) -> bool {
     {
         let _ = device;
         false
-    }
-}
-
-#[cfg(all(test, feature = "flex"))]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn host_exp_has_the_value_and_gradient_of_exp() {
-        let device = Device::flex();
-        let v: Vec<f32> = (0..24).map(|i| i as f32 * 0.37 - 6.0).collect();
-        let plain = to_vec(exp(floats(v.clone(), [4, 6], &device)));
-        let x = floats(v.clone(), [4, 6], &device.clone().autodiff()).require_grad();
-        let y = exp(x.clone());
-        // Same value with and without autodiff, within 4 ulp of libm's.
-        assert_eq!(to_vec(y.clone().inner()), plain);
-        for (a, b) in plain.iter().zip(&v) {
-            assert!(
-                (a - b.exp()).abs() <= 4.0 * f32::EPSILON * b.exp(),
-                "{a} vs {}",
-                b.exp()
-            );
-        }
-        // d/dx Σ w ⊙ e^x = w ⊙ e^x.
-        let w: Vec<f32> = (0..24).map(|i| 1.0 + i as f32 * 0.1).collect();
-        let grads = (y * floats(w.clone(), [4, 6], &device.clone().autodiff()))
-            .sum()
-            .backward();
-        let g = to_vec(x.grad(&grads).expect("gradient"));
-        for i in 0..24 {
-            assert_eq!(g[i], w[i] * plain[i], "element {i}");
-        }
     }
 }

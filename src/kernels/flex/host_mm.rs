@@ -63,7 +63,7 @@ pub fn gemm_into(
             && c_rs >= n,
         "gemm_into: a view reaches past its slice"
     );
-    let par = if m * n * k >= 1024 * 1024 * 1024 {
+    let par = if m * n * k >= crate::kernels::gemm_paths::PARALLEL_PRODUCT {
         gemm::Parallelism::Rayon(0)
     } else {
         gemm::Parallelism::None

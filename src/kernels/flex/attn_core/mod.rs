@@ -11,7 +11,7 @@
 //!
 //! Per (row, head), with `c = 1/√hd`:
 //! - forward: `S = c·Q·Kᵀ`, `P = softmax(S)` over each query's allowed keys (shifted by their
-//!   maximum, [`crate::util::fastmath::exp`]), `O = P·V`;
+//!   maximum, [`crate::kernels::flex::fastmath::exp`]), `O = P·V`;
 //! - backward: `dV = Pᵀ·dO`, `dP = dO·Vᵀ`, `dS = P ⊙ (dP − rowsum(P ⊙ dP))`, `dQ = c·dS·K`,
 //!   `dK = c·dSᵀ·Q`.
 //!
@@ -24,10 +24,12 @@
 //! and the core as one node whose one parent is the projection), [`attention_cached`]
 //! (generation: keys and values appended to a host cache, [`HostKv`]) and [`attention_core`]
 //! (q, k, v given; a graph with a cache). All run the same products and softmax
-//! ([`crate::util::fastmath::softmax_rows`]), so all give the same bits.
+//! ([`crate::kernels::flex::fastmath::softmax_rows`]), so all give the same bits.
 
 use super::host_mm::{View, gemm_into, host, scratch};
-use crate::util::fastmath::softmax_rows;
+use crate::kernels::gemm_paths::{every_query_needed, fewest_queries};
+use crate::kernels::hooks::{self, Node, Switch};
+use crate::kernels::flex::fastmath::softmax_rows;
 use crate::util::tensors::{floats, to_vec};
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -36,46 +38,10 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind};
 use burn::tensor::{Tensor, TensorData};
 use burn_flex::{Flex, FlexTensor};
-use std::cell::Cell;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 type Ad = Autodiff<Flex, NoCheckpointing>;
-
-static CALLS: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static TENSOR_PATH: Cell<bool> = const { Cell::new(false) };
-    static EVERY_QUERY: Cell<bool> = const { Cell::new(false) };
-    static LEFT_OUT: Cell<usize> = const { Cell::new(0) };
-}
-
-/// Attention cores computed here so far, in this process (a test's proof that it ran).
-pub fn core_calls() -> usize {
-    CALLS.load(Ordering::Relaxed)
-}
-
-/// Padding queries the forward left out so far ([`query_spans`]) on this thread.
-pub fn queries_left_out() -> usize {
-    LEFT_OUT.with(Cell::get)
-}
-
-/// Whether the host node applies on `device`: the CPU backend, the tensor path not forced.
-fn on_host(device: &burn::tensor::Device) -> bool {
-    !TENSOR_PATH.with(Cell::get) && crate::util::tensors::is_host(device)
-}
-
-/// Run `f` with the tensor path forced on this thread (tests compare the two paths).
-pub fn with_tensor_attention<T>(f: impl FnOnce() -> T) -> T {
-    crate::util::with_flag(&TENSOR_PATH, f)
-}
-
-/// Run `f` with every query computed, padding ones included, on this thread (tests compare
-/// it with the node's spans, [`query_spans`]).
-pub fn with_every_query<T>(f: impl FnOnce() -> T) -> T {
-    crate::util::with_flag(&EVERY_QUERY, f)
-}
 
 #[derive(Clone, Copy, Debug)]
 struct Shape {
@@ -155,7 +121,7 @@ fn query_spans(key_valid: &[bool], sh: &Shape, pos0: usize) -> Vec<Range<usize>>
     (0..b)
         .map(|bi| {
             let real = |i: &usize| key_valid[bi * kv + pos0 + i];
-            if s * kv <= 256 || s < need || EVERY_QUERY.with(Cell::get) {
+            if every_query_needed(s, kv) || s < need || hooks::is_on(Switch::EveryQuery) {
                 return 0..s;
             }
             let Some(lo) = (0..s).find(real) else {
@@ -173,12 +139,6 @@ fn query_spans(key_valid: &[bool], sh: &Shape, pos0: usize) -> Vec<Range<usize>>
             lo..hi
         })
         .collect()
-}
-
-/// The fewest queries of a span over `kv` keys whose products take gemm's general path: at
-/// least 3 rows (the backward sums over them) and more than 256 scores.
-fn fewest_queries(kv: usize) -> usize {
-    3.max(256 / kv + 1)
 }
 
 /// The attention weights a backward reads, and the queries they were computed for.
@@ -229,7 +189,7 @@ fn forward_spans(
     let Shape { b, s, kv, h, hd } = sh;
     let d = sh.d();
     let computed: usize = spans.iter().map(Range::len).sum();
-    LEFT_OUT.with(|c| c.set(c.get() + b * s - computed));
+    hooks::count(Node::QueriesLeftOut, b * s - computed);
     // SAFETY: each (row, head) block of `p` is written in full (zeros outside its span, gemm
     // without accumulation inside, then rewritten by softmax_rows) before it is read; the
     // blocks of all (row, head) pairs tile `ctx`, each written by a product without
@@ -450,9 +410,6 @@ pub fn attention_core(
     pos0: usize,
 ) -> Option<Tensor<3>> {
     let device = q.device();
-    if !on_host(&device) {
-        return None;
-    }
     let ([b, s, d], [_, kv, _]) = (q.dims(), k.dims());
     assert_eq!(kv, pos0 + s, "keys cover the cached and the new positions");
     assert_eq!(key_valid.len(), b * kv, "key validity covers every key");
@@ -478,7 +435,6 @@ pub fn attention_core(
             &device,
         )
     };
-    CALLS.fetch_add(1, Ordering::Relaxed);
     Some(out)
 }
 

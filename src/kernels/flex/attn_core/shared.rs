@@ -3,12 +3,12 @@
 //! the forward computed, and the queries a row shares with the first row of its group left out.
 
 use super::qkv::{rope_rows, split_rope};
-use super::{CALLS, Keys, Shape, fewest_queries, forward_spans, query_spans};
-use crate::model::host_mm::host;
+use super::{Keys, Shape, forward_spans, query_spans};
+use crate::kernels::gemm_paths::fewest_queries;
+use crate::kernels::flex::host_mm::host;
 use burn::tensor::Tensor;
 use burn_flex::Flex;
 use std::ops::Range;
-use std::sync::atomic::Ordering;
 
 /// The node's query spans (`query_spans`) of a batch of `b` rows of `s` positions
 /// (`key_valid` `[b·s]`) with `d` columns in `heads` heads, and the fewest queries a span must
@@ -33,7 +33,7 @@ pub fn attention_shared(
     key_valid: &[bool],
     spans: Vec<Range<usize>>,
 ) -> Option<Vec<f32>> {
-    if !super::on_host(&qkv.device()) || qkv.is_autodiff() {
+    if qkv.is_autodiff() {
         return None;
     }
     let d = qkv.dims()[1] / 5;
@@ -45,6 +45,5 @@ pub fn attention_shared(
     let sh = Shape::new((b, s, s), d, heads);
     let keys = Keys::packed(&sh);
     let (ctx, _) = forward_spans(&q, &k, &v, (sh, keys), (key_valid, 0), spans, false);
-    CALLS.fetch_add(1, Ordering::Relaxed);
     Some(ctx)
 }

@@ -2,8 +2,8 @@
 //! gate and down products, and the same on rows repeated so a product keeps the gemm path of
 //! the batch its rows stand for.
 
-use crate::model::host_mm::{View, gemm_into, scratch};
-use crate::util::fastmath::silu_mul;
+use crate::kernels::flex::host_mm::{View, gemm_into, scratch};
+use crate::kernels::flex::fastmath::silu_mul;
 
 /// `c[m×n] = a·b` (or `c += a·b` with `acc`); `a` is `[m×k]` row-major, or `[k×m]` read
 /// transposed with `at`; `b` is `[k×n]`, or `[n×k]` read transposed with `bt`.
@@ -46,16 +46,6 @@ pub(super) fn products(
     mm(m, f, d, xe, false, w3, false, a3, false);
     silu_mul(a1, a3, h);
     mm(m, d, f, h, false, w2, false, o, false);
-}
-
-/// The rows an expert's products run on when its `m` rows stand for `full` rows of a larger
-/// batch (`LayerRouting::repeats`): `m`, unless gemm would take another path with `m` rows than
-/// with `full` (at most 16 rows can mean its vector or its small-product kernels, which add in
-/// another order), then `min(full, 17)`. Each output row is its own chain of fused
-/// multiply-adds over the inner dimension on the general path, whatever the number of rows, so
-/// the rows keep the bits the larger batch gives them.
-pub(super) fn padded_rows(m: usize, full: usize) -> usize {
-    if full > m && m <= 16 { full.min(17) } else { m }
 }
 
 /// [`products`] on `xe` with its first row repeated up to `rows` rows; the first `m` rows of each

@@ -2,7 +2,7 @@
 //! its own whose backward adds the input's gradient in the sparse path's order.
 
 use super::groups::Groups;
-use crate::model::host_mm::host;
+use crate::kernels::flex::host_mm::host;
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;

@@ -5,7 +5,7 @@
 //! own chain of fused multiply-adds over the inner dimension, in order, from +0, whatever the
 //! column (its kernels are vectorised across outputs, never across the inner dimension). The
 //! column `j` of `W_q·R` is column `src(j)` of `W_q`, negated in the first half of each head
-//! ([`crate::model::attention::rot_source`]), exactly (the product by a signed permutation
+//! ([`crate::kernels::rope::rot_source`]), exactly (the product by a signed permutation
 //! only moves and negates). A chain over negated weights gives the negated chain, except that
 //! where the chain is exactly zero both give +0 (round-to-nearest makes an exact cancellation
 //! +0, and `-0 + +0 = +0`): so the rotated output is `q[src]` or `0 - q[src]`, which is that.
@@ -16,9 +16,10 @@
 //! With a graph the node's backward is the matrix product's own (`dx = dy·W_extᵀ`,
 //! `dW_ext = xᵀ·dy`, as burn's autodiff computes them), so every gradient is unchanged too.
 
-use super::{Ad, on_host};
-use crate::model::attention::rot_source;
-use crate::model::host_mm::{View, gemm_into, host, scratch};
+use super::Ad;
+use crate::kernels::gemm_paths::projection_general;
+use crate::kernels::rope::rot_source;
+use crate::kernels::flex::host_mm::{View, gemm_into, host, scratch};
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
 use burn::backend::autodiff::grads::Gradients;
@@ -32,13 +33,9 @@ use burn_flex::{Flex, FlexTensor};
 /// not apply: another device, the tensor path forced, or a shape off gemm's general path; the
 /// caller then multiplies.
 pub fn project_extended(x: &Tensor<2>, w: &Tensor<2>, heads: usize) -> Option<Tensor<2>> {
-    let device = x.device();
-    if !on_host(&device) {
-        return None;
-    }
     let [n, d] = x.dims();
     let [dw, d5] = w.dims();
-    if dw != d || d5 != 5 * d || n < 2 || n * 3 * d <= 256 || d <= 2 || d % heads != 0 {
+    if dw != d || d5 != 5 * d || !projection_general(n, d) || d % heads != 0 {
         return None;
     }
     if !x.is_autodiff() {

@@ -26,7 +26,7 @@
 //! π_old, the reference model, the probe) the same forward runs without saving anything; where
 //! its rows stand for more rows of a batch (`LayerRouting::repeats`, the shared-prefix forward
 //! of [`crate::model::shared`]) an expert with few rows runs on them repeated
-//! (`products::padded_rows`), so its products keep the batch's gemm path.
+//! ([`crate::kernels::gemm_paths::padded_rows`]), so its products keep the batch's gemm path.
 
 mod gather;
 mod groups;
@@ -34,8 +34,8 @@ mod products;
 
 pub use groups::Groups;
 
-use crate::model::host_mm::{host, scratch};
-use crate::util::fastmath::silu_mul_consts;
+use crate::kernels::flex::host_mm::{host, scratch};
+use crate::kernels::flex::fastmath::silu_mul_consts;
 use crate::util::parallel::par_map_mut;
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -45,24 +45,10 @@ use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind};
 use burn::tensor::{Tensor, TensorData};
 use burn_flex::{Flex, FlexTensor};
 use gather::{gather, gather_rows};
-use products::{mm, padded_rows, products, products_padded};
+use crate::kernels::gemm_paths::padded_rows;
+use products::{mm, products, products_padded};
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-static LAYERS: AtomicUsize = AtomicUsize::new(0);
-static PLAIN: AtomicUsize = AtomicUsize::new(0);
-
-/// Layer forwards without a graph that took the fused forward so far, in this process.
-pub fn plain_layers() -> usize {
-    PLAIN.load(Ordering::Relaxed)
-}
-
-/// Layer forwards that took the fused path so far, in this process (a test's proof that it
-/// did not fall back).
-pub fn fused_layers() -> usize {
-    LAYERS.load(Ordering::Relaxed)
-}
 
 type Ad = Autodiff<Flex, NoCheckpointing>;
 
@@ -381,7 +367,6 @@ fn run<const N: usize>(
         OpsKind::Tracked(prep) => prep.finish(saved, out),
         OpsKind::UnTracked(prep) => prep.finish(out),
     };
-    LAYERS.fetch_add(1, Ordering::Relaxed);
     Some(Tensor::from_primitive::<Ad>(y))
 }
 
@@ -432,6 +417,5 @@ pub fn fused_experts_plain(
     let xg = gather_rows(&xp, &g, d);
     let gh = host(&gp).into_owned();
     let (out, _) = forward_host(xg, gh, ws, g, (d, f), (false, repeats));
-    PLAIN.fetch_add(1, Ordering::Relaxed);
     Some(crate::util::tensors::floats(out, [t, d], &device))
 }
