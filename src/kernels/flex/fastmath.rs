@@ -67,7 +67,9 @@ macro_rules! wide {
 
 pub(crate) use wide;
 
+use super::scratch::Scratch;
 use super::transpose::rows_to_lanes;
+use std::mem::MaybeUninit;
 
 wide! {
     /// The attention node's score rows `p` (`[b·h·s, kv]`, row `r` the query `i = r mod s` of
@@ -155,24 +157,43 @@ wide! {
 }
 
 wide! {
-    /// `out[i] = b[i] · (a[i] · σ(a[i]))`: the value of `silu(a) ⊙ b`.
-    pub fn silu_mul(a: &[f32], b: &[f32], out: &mut [f32]) {
+    /// `out[i] = b[i] · (a[i] · σ(a[i]))`: the value of `silu(a) ⊙ b`; every element of `out`
+    /// (as long as `a` and `b`) written.
+    pub fn silu_mul(a: &[f32], b: &[f32], out: &mut [MaybeUninit<f32>]) {
         for ((o, &a), &b) in out.iter_mut().zip(a).zip(b) {
-            *o = b * (a * sigmoid(a));
+            o.write(b * (a * sigmoid(a)));
         }
     }
 }
 
 wide! {
     /// The constants of the exp-free SwiGLU backward: `c3 = a·σ(a)` (= silu(a)) and
-    /// `c1 = b·σ(a)(1 + a(1 − σ(a)))` (= b·silu'(a)).
-    pub fn silu_mul_consts(a: &[f32], b: &[f32], c1: &mut [f32], c3: &mut [f32]) {
+    /// `c1 = b·σ(a)(1 + a(1 − σ(a)))` (= b·silu'(a)); every element of both written.
+    pub fn silu_mul_consts(a: &[f32], b: &[f32], c1: &mut [MaybeUninit<f32>], c3: &mut [MaybeUninit<f32>]) {
         for (((c1, c3), &a), &b) in c1.iter_mut().zip(c3.iter_mut()).zip(a).zip(b) {
             let s = sigmoid(a);
-            *c3 = a * s;
-            *c1 = b * (s + a * s * (1.0 - s));
+            c3.write(a * s);
+            c1.write(b * (s + a * s * (1.0 - s)));
         }
     }
+}
+
+/// [`silu_mul`] into a new vector.
+pub fn silu_mul_vec(a: &[f32], b: &[f32]) -> Vec<f32> {
+    assert_eq!(a.len(), b.len(), "silu_mul of two equal lengths");
+    let mut y = Scratch::new(a.len());
+    silu_mul(a, b, y.out());
+    // SAFETY: `silu_mul` writes every element of an output as long as its inputs.
+    unsafe { y.written() }
+}
+
+/// [`silu_mul_consts`] into two new vectors, `(c1, c3)`.
+pub fn silu_mul_consts_vec(a: &[f32], b: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    assert_eq!(a.len(), b.len(), "silu_mul_consts of two equal lengths");
+    let (mut c1, mut c3) = (Scratch::new(a.len()), Scratch::new(a.len()));
+    silu_mul_consts(a, b, c1.out(), c3.out());
+    // SAFETY: `silu_mul_consts` writes every element of outputs as long as its inputs.
+    unsafe { (c1.written(), c3.written()) }
 }
 
 #[cfg(test)]
@@ -296,9 +317,8 @@ mod tests {
         let one = |f: fn(f32) -> f32, x: f32| std::hint::black_box(f)(std::hint::black_box(x));
         let mut e = a.clone();
         exp_in_place(&mut e);
-        let (mut y, mut c1, mut c3) = (vec![0.0; a.len()], vec![0.0; a.len()], vec![0.0; a.len()]);
-        silu_mul(&a, &b, &mut y);
-        silu_mul_consts(&a, &b, &mut c1, &mut c3);
+        let y = silu_mul_vec(&a, &b);
+        let (c1, c3) = silu_mul_consts_vec(&a, &b);
         for i in 0..a.len() {
             let (x, s) = (a[i], one(sigmoid, a[i]));
             assert_eq!(e[i].to_bits(), one(exp, x).to_bits(), "exp({x})");

@@ -2,6 +2,10 @@
 //! crate burn-flex uses, with its AVX-512 kernels chosen at run time), with arbitrary strides so
 //! a head's or an expert's block is read and written in place.
 
+use std::mem::MaybeUninit;
+
+pub use super::scratch::{Scratch, written, written_ref};
+
 /// A matrix on a host slice: element `(i, j)` at `data[i·rs + j·cs]`.
 #[derive(Clone, Copy, Debug)]
 pub struct View<'a> {
@@ -53,13 +57,49 @@ pub fn gemm_into(
     beta: f32,
     acc: bool,
 ) {
+    // SAFETY: `c` is initialised, so reading it (with `acc`) is sound; gemm writes floats.
+    unsafe { gemm_raw((m, n, k), (a, b), (c.as_mut_ptr(), c.len(), c_rs), beta, acc) }
+}
+
+/// [`gemm_into`] without accumulation into uninitialised memory: `c[m×n] = beta·a·b`, every
+/// element at `c[i·c_rs + j]` (`i < m`, `j < n`) written, nothing read (gemm without
+/// accumulation never reads its output).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_to(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: View<'_>,
+    b: View<'_>,
+    c: &mut [MaybeUninit<f32>],
+    c_rs: usize,
+    beta: f32,
+) {
+    // SAFETY: without accumulation gemm reads nothing of `c` and writes only floats.
+    unsafe {
+        let c = (c.as_mut_ptr().cast::<f32>(), c.len(), c_rs);
+        gemm_raw((m, n, k), (a, b), c, beta, false)
+    }
+}
+
+/// The one gemm call. `c` is `(pointer, length, row stride)`.
+///
+/// # Safety
+/// With `acc`, the `m×n` elements the strides reach must be initialised.
+unsafe fn gemm_raw(
+    (m, n, k): (usize, usize, usize),
+    (a, b): (View<'_>, View<'_>),
+    (c, c_len, c_rs): (*mut f32, usize, usize),
+    beta: f32,
+    acc: bool,
+) {
     if m == 0 || n == 0 {
         return;
     }
     assert!(
         a.data.len() >= a.reach(m, k)
             && b.data.len() >= b.reach(k, n)
-            && c.len() >= (m - 1) * c_rs + n
+            && c_len >= (m - 1) * c_rs + n
             && c_rs >= n,
         "gemm_into: a view reaches past its slice"
     );
@@ -75,7 +115,7 @@ pub fn gemm_into(
             m,
             n,
             k,
-            c.as_mut_ptr(),
+            c,
             1,
             c_rs as isize,
             acc,
@@ -93,22 +133,6 @@ pub fn gemm_into(
             par,
         );
     }
-}
-
-/// `len` floats left as the allocator hands them over, for a kernel that writes every one before
-/// anything reads it (a product by [`gemm_into`] without `acc`, which never reads its output,
-/// `silu_mul`): the zeroing pass `vec![0.0; len]` would make is skipped. The buffers of the
-/// hand-written nodes are megabytes each, allocated for every layer of every forward, so that
-/// pass and the page faults it takes were a tenth of an experiment cell's step.
-///
-/// # Safety
-/// The caller writes every element before reading any and before the vector leaves its hands.
-#[allow(clippy::uninit_vec)]
-pub unsafe fn scratch(len: usize) -> Vec<f32> {
-    let mut v = Vec::with_capacity(len);
-    // SAFETY: capacity is `len`; the caller's contract covers the values.
-    unsafe { v.set_len(len) };
-    v
 }
 
 /// A flex tensor's values, borrowed where it is contiguous.

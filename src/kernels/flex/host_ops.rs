@@ -105,9 +105,7 @@ pub fn silu_mul_plain(a1: Tensor<2>, a3: Tensor<2>) -> Tensor<2> {
     let dims = a1.dims();
     let device = a1.device().inner();
     let (x1, x3) = (to_vec(a1.inner()), to_vec(a3.inner()));
-    let mut y = vec![0.0; x1.len()];
-    fastmath::silu_mul(&x1, &x3, &mut y);
-    floats(y, dims, &device)
+    floats(fastmath::silu_mul_vec(&x1, &x3), dims, &device)
 }
 
 /// `silu(a1) ⊙ a3` with a graph where the one-node form does not apply (checkpointing): the
@@ -118,9 +116,7 @@ pub fn silu_mul_consts_form(a1: Tensor<2>, a3: Tensor<2>) -> Tensor<2> {
     let device = a1.device().inner();
     let x1 = to_vec(a1.clone().inner());
     let x3 = to_vec(a3.clone().inner());
-    let n = x1.len();
-    let (mut c1, mut c3) = (vec![0.0; n], vec![0.0; n]);
-    fastmath::silu_mul_consts(&x1, &x3, &mut c1, &mut c3);
+    let (c1, c3) = fastmath::silu_mul_consts_vec(&x1, &x3);
     let c1 = floats(c1, dims, &device).autodiff();
     let c3 = floats(c3, dims, &device).autodiff();
     let a1c = a1.clone().inner().autodiff();

@@ -4,7 +4,7 @@
 //! the paths [`crate::kernels::gemm_paths`] names), and the surface takes the reference.
 
 //!
-//! [`fastmath`] and [`transpose`] are plain Rust (vectorisable `exp`, sigmoid, a lane
+//! [`fastmath`], [`scratch`] and [`transpose`] are plain Rust (vectorisable `exp`, sigmoid, a lane
 //! transpose, and the `wide!` dispatch the optimiser's host update also uses), built with or
 //! without the backend.
 
@@ -19,6 +19,7 @@ pub mod host_mm;
 pub mod host_ops;
 #[cfg(feature = "flex")]
 pub mod silu_node;
+pub mod scratch;
 #[cfg(feature = "flex")]
 pub mod squares;
 pub mod transpose;

@@ -9,7 +9,7 @@
 //! input; this node reads its inputs in place and writes three buffers.
 
 use super::host_mm::host;
-use crate::kernels::flex::fastmath::silu_mul_consts;
+use crate::kernels::flex::fastmath::silu_mul_consts_vec;
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -56,9 +56,7 @@ pub fn silu_mul_tracked(a1: &Tensor<2>, a3: &Tensor<2>) -> Option<Tensor<2>> {
     let guards: [NodeGuard; 2] = [p1.node(), p3.node()];
     let (x1, x3) = (p1.into_primitive(), p3.into_primitive());
     let (x1, x3) = (host(&x1), host(&x3));
-    let n = x1.len();
-    let (mut c1, mut c3) = (vec![0.0; n], vec![0.0; n]);
-    silu_mul_consts(&x1, &x3, &mut c1, &mut c3);
+    let (c1, c3) = silu_mul_consts_vec(&x1, &x3);
     let y: Vec<f32> = x3.iter().zip(&c3).map(|(&b, &c)| b * c).collect();
     let out = FlexTensor::from_data(TensorData::new(y, dims));
     let y = match SiluMulBackward

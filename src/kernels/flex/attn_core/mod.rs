@@ -26,7 +26,8 @@
 //! (q, k, v given; a graph with a cache). All run the same products and softmax
 //! ([`crate::kernels::flex::fastmath::softmax_rows`]), so all give the same bits.
 
-use super::host_mm::{View, gemm_into, host, scratch};
+use super::host_mm::{Scratch, View, gemm_into, gemm_to, host};
+use std::mem::MaybeUninit;
 use crate::kernels::gemm_paths::{every_query_needed, fewest_queries};
 use crate::kernels::hooks::{self, Node, Switch};
 use crate::kernels::flex::fastmath::softmax_rows;
@@ -152,9 +153,14 @@ struct Probs {
 
 /// Zero this head's `hd` columns of the rows of a token-major block (starting at `off`, rows
 /// `d` apart) outside `r` among `0..s`.
-fn zero_outside(x: &mut [f32], off: usize, (d, hd, s): (usize, usize, usize), r: &Range<usize>) {
+fn zero_outside(
+    x: &mut [MaybeUninit<f32>],
+    off: usize,
+    (d, hd, s): (usize, usize, usize),
+    r: &Range<usize>,
+) {
     for i in (0..r.start).chain(r.end..s) {
-        x[off + i * d..off + i * d + hd].fill(0.0);
+        x[off + i * d..off + i * d + hd].fill(MaybeUninit::new(0.0));
     }
 }
 
@@ -190,21 +196,17 @@ fn forward_spans(
     let d = sh.d();
     let computed: usize = spans.iter().map(Range::len).sum();
     hooks::count(Node::QueriesLeftOut, b * s - computed);
-    // SAFETY: each (row, head) block of `p` is written in full (zeros outside its span, gemm
-    // without accumulation inside, then rewritten by softmax_rows) before it is read; the
-    // blocks of all (row, head) pairs tile `ctx`, each written by a product without
-    // accumulation inside its span and zeros outside.
-    let (mut p, mut ctx) = unsafe { (scratch(b * h * s * kv), scratch(b * s * d)) };
+    let (mut p, mut ctx) = (Scratch::new(b * h * s * kv), Scratch::new(b * s * d));
     let keep: Vec<f32> = key_valid.iter().map(|&v| f32::from(u8::from(v))).collect();
     let offsets = |bh: usize| {
         let (bi, hi) = (bh / h, bh % h);
         (bi * s * d + hi * hd, bi * keys.row + hi * hd)
     };
-    for (bh, pb) in p.chunks_exact_mut(s * kv).enumerate() {
+    for (bh, pb) in p.out().chunks_exact_mut(s * kv).enumerate() {
         let ((qo, ko), r) = (offsets(bh), &spans[bh / h]);
-        pb[..r.start * kv].fill(0.0);
-        pb[r.end * kv..].fill(0.0);
-        gemm_into(
+        pb[..r.start * kv].fill(MaybeUninit::new(0.0));
+        pb[r.end * kv..].fill(MaybeUninit::new(0.0));
+        gemm_to(
             r.len(),
             kv,
             hd,
@@ -213,28 +215,32 @@ fn forward_spans(
             &mut pb[r.start * kv..],
             kv,
             sh.scale(),
-            false,
         );
     }
+    // SAFETY: each (row, head) block of `p` was written in full: zeros outside its span, the
+    // product without accumulation inside.
+    let mut p = unsafe { p.written() };
     let sel: Vec<usize> = (0..b * h)
         .flat_map(|bh| spans[bh / h].clone().map(move |i| bh * s + i))
         .collect();
     softmax_rows(&mut p, (kv, s, h, pos0), &keep, &sel);
     for (bh, pb) in p.chunks_exact(s * kv).enumerate() {
         let ((qo, ko), r) = (offsets(bh), &spans[bh / h]);
-        gemm_into(
+        gemm_to(
             r.len(),
             hd,
             kv,
             View::rows(&pb[r.start * kv..], kv),
             block(v, ko, keys.key, false),
-            &mut ctx[qo + r.start * d..],
+            &mut ctx.out()[qo + r.start * d..],
             d,
             1.0,
-            false,
         );
-        zero_outside(&mut ctx, qo, (d, hd, s), r);
+        zero_outside(ctx.out(), qo, (d, hd, s), r);
     }
+    // SAFETY: the blocks of all (row, head) pairs tile `ctx`, each written by a product without
+    // accumulation inside its span and zeros outside.
+    let ctx = unsafe { ctx.written() };
     (ctx, save.then_some(Probs { p, spans }))
 }
 
@@ -256,17 +262,9 @@ fn backward_host(sv: &Saved, dout: &[f32]) -> [Vec<f32>; 3] {
     let sh = sv.sh;
     let Shape { b, s, kv, h, hd } = sh;
     let d = sh.d();
-    // SAFETY: the (row, head) blocks tile dq, dk and dv, each written by a product without
-    // accumulation (dq: inside the span, zeros outside); `ds` is written by one, over the
-    // span's rows, before those rows are read.
-    let (mut dq, mut dk, mut dv, mut ds) = unsafe {
-        (
-            scratch(b * s * d),
-            scratch(b * kv * d),
-            scratch(b * kv * d),
-            scratch(s * kv),
-        )
-    };
+    let [mut dq, mut dk, mut dv] = [s, kv, kv].map(|rows| Scratch::new(b * rows * d));
+    // One head's weights' gradient at a time, over its span's rows (written before read).
+    let mut ds = vec![0.0; s * kv];
     let (q, k, v) = (host(&sv.q), host(&sv.k), host(&sv.v));
     for (bh, pb) in sv.p.p.chunks_exact(s * kv).enumerate() {
         let (bi, hi) = (bh / h, bh % h);
@@ -276,7 +274,7 @@ fn backward_host(sv: &Saved, dout: &[f32]) -> [Vec<f32>; 3] {
         let (pb, ds) = (&pb[lo * kv..], &mut ds[..n * kv]);
         let dob = block(dout, qo + lo * d, d, false);
         let pt = View::transposed(pb, kv);
-        gemm_into(kv, hd, n, pt, dob, &mut dv[ko..], d, 1.0, false);
+        gemm_to(kv, hd, n, pt, dob, &mut dv.out()[ko..], d, 1.0);
         gemm_into(n, kv, hd, dob, block(&v, ko, d, true), ds, kv, 1.0, false);
         for (dsr, pr) in ds.chunks_exact_mut(kv).zip(pb.chunks_exact(kv)) {
             let r: f32 = dsr.iter().zip(pr).map(|(a, b)| a * b).sum();
@@ -287,31 +285,13 @@ fn backward_host(sv: &Saved, dout: &[f32]) -> [Vec<f32>; 3] {
         let (dsv, dst) = (View::rows(ds, kv), View::transposed(ds, kv));
         let c = sh.scale();
         let at = qo + lo * d;
-        gemm_into(
-            n,
-            hd,
-            kv,
-            dsv,
-            block(&k, ko, d, false),
-            &mut dq[at..],
-            d,
-            c,
-            false,
-        );
-        gemm_into(
-            kv,
-            hd,
-            n,
-            dst,
-            block(&q, at, d, false),
-            &mut dk[ko..],
-            d,
-            c,
-            false,
-        );
-        zero_outside(&mut dq, qo, (d, hd, s), r);
+        gemm_to(n, hd, kv, dsv, block(&k, ko, d, false), &mut dq.out()[at..], d, c);
+        gemm_to(kv, hd, n, dst, block(&q, at, d, false), &mut dk.out()[ko..], d, c);
+        zero_outside(dq.out(), qo, (d, hd, s), r);
     }
-    [dq, dk, dv]
+    // SAFETY: the (row, head) blocks tile dq, dk and dv, each written by a product without
+    // accumulation (dq: inside the span, zeros outside).
+    unsafe { [dq.written(), dk.written(), dv.written()] }
 }
 
 #[derive(Debug)]

@@ -19,7 +19,7 @@
 use super::Ad;
 use crate::kernels::gemm_paths::projection_general;
 use crate::kernels::rope::rot_source;
-use crate::kernels::flex::host_mm::{View, gemm_into, host, scratch};
+use crate::kernels::flex::host_mm::{Scratch, View, gemm_to, host, written_ref};
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
 use burn::backend::autodiff::grads::Gradients;
@@ -71,16 +71,14 @@ pub fn project_extended(x: &Tensor<2>, w: &Tensor<2>, heads: usize) -> Option<Te
 /// columns.
 fn forward(x: &[f32], w: &[f32], (n, d): (usize, usize), hd: usize) -> Vec<f32> {
     let d5 = 5 * d;
-    // SAFETY: the product writes the first 3d columns of every row (it never reads its output
-    // without accumulation); the loop below writes the last 2d.
-    let mut y = unsafe { scratch(n * d5) };
+    let mut y = Scratch::new(n * d5);
     // The first three blocks of `w`: its rows, 3d columns of each.
     let w3 = View {
         data: w,
         rs: d5,
         cs: 1,
     };
-    gemm_into(n, 3 * d, d, View::rows(x, d), w3, &mut y, d5, 1.0, false);
+    gemm_to(n, 3 * d, d, View::rows(x, d), w3, y.out(), d5, 1.0);
     // Each half-head of the rotated blocks is one half-head of q or k, moved (and negated).
     let half = hd / 2;
     let halves: Vec<(usize, usize, bool)> = (0..2 * d)
@@ -90,18 +88,26 @@ fn forward(x: &[f32], w: &[f32], (n, d): (usize, usize), hd: usize) -> Vec<f32> 
             (out, src, neg)
         })
         .collect();
-    for row in y.chunks_exact_mut(d5) {
+    for row in y.out().chunks_exact_mut(d5) {
         let (qk, rot) = row.split_at_mut(3 * d);
+        // SAFETY: the product wrote the first 3d columns of every row.
+        let qk = unsafe { written_ref(qk) };
         for &(out, src, neg) in &halves {
             let (r, s) = (&mut rot[out..out + half], &qk[src..src + half]);
             if neg {
-                r.iter_mut().zip(s).for_each(|(r, &s)| *r = 0.0 - s);
+                r.iter_mut().zip(s).for_each(|(r, &s)| {
+                    r.write(0.0 - s);
+                });
             } else {
-                r.copy_from_slice(s);
+                r.iter_mut().zip(s).for_each(|(r, &s)| {
+                    r.write(s);
+                });
             }
         }
     }
-    y
+    // SAFETY: the product wrote the first 3d columns of every row and the loop the last 2d
+    // (the half-heads of the rotated blocks tile them).
+    unsafe { y.written() }
 }
 
 /// The matrix product's backward as burn's autodiff runs it on this backend (`float_transpose`

@@ -2,7 +2,7 @@
 //! the core in one node with one parent.
 
 use super::{Ad, Keys, Saved, Shape, backward_host, contiguous, forward_host};
-use crate::kernels::flex::host_mm::{host, scratch};
+use crate::kernels::flex::host_mm::{Scratch, host};
 use crate::util::tensors::floats;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -24,20 +24,21 @@ pub(super) fn split_rope(
     src: Option<&[usize]>,
 ) -> [Vec<f32>; 3] {
     let n = b * s * d;
-    // SAFETY: the loop below writes every (row, position, column) of all three.
-    let (mut q, mut k, mut v) = unsafe { (scratch(n), scratch(n), scratch(n)) };
+    let [mut q, mut k, mut v] = [n, n, n].map(Scratch::new);
+    let (qo, ko, vo) = (q.out(), k.out(), v.out());
     for r in 0..b * s {
         let from = src.map_or(r, |m| m[r]);
         let (row, i) = (&qkv[from * 5 * d..(from + 1) * 5 * d], r % s);
         let (c, sn) = (&cos[i * d..(i + 1) * d], &sin[i * d..(i + 1) * d]);
         let o = r * d;
         for j in 0..d {
-            q[o + j] = row[j] * c[j] + row[3 * d + j] * sn[j];
-            k[o + j] = row[d + j] * c[j] + row[4 * d + j] * sn[j];
-            v[o + j] = row[2 * d + j];
+            qo[o + j].write(row[j] * c[j] + row[3 * d + j] * sn[j]);
+            ko[o + j].write(row[d + j] * c[j] + row[4 * d + j] * sn[j]);
+            vo[o + j].write(row[2 * d + j]);
         }
     }
-    [q, k, v]
+    // SAFETY: the loop wrote every (row, position, column) of all three.
+    unsafe { [q.written(), k.written(), v.written()] }
 }
 
 /// RoPE's tables' rows for `positions` (`cos`, `sin` `[max_seq_len, d]`) on the host; `None`
@@ -71,20 +72,20 @@ fn join_rope(
     (cos, sin): (&[f32], &[f32]),
     (b, s, d): (usize, usize, usize),
 ) -> Vec<f32> {
-    // SAFETY: every row's five blocks are written below.
-    let mut g = unsafe { scratch(b * s * 5 * d) };
+    let mut g = Scratch::new(b * s * 5 * d);
     for r in 0..b * s {
-        let (row, i, o) = (&mut g[r * 5 * d..(r + 1) * 5 * d], r % s, r * d);
+        let (row, i, o) = (&mut g.out()[r * 5 * d..(r + 1) * 5 * d], r % s, r * d);
         let (c, sn) = (&cos[i * d..(i + 1) * d], &sin[i * d..(i + 1) * d]);
         for j in 0..d {
-            row[j] = dq[o + j] * c[j] + 0.0;
-            row[d + j] = dk[o + j] * c[j] + 0.0;
-            row[2 * d + j] = dv[o + j] + 0.0;
-            row[3 * d + j] = dq[o + j] * sn[j] + 0.0;
-            row[4 * d + j] = dk[o + j] * sn[j] + 0.0;
+            row[j].write(dq[o + j] * c[j] + 0.0);
+            row[d + j].write(dk[o + j] * c[j] + 0.0);
+            row[2 * d + j].write(dv[o + j] + 0.0);
+            row[3 * d + j].write(dq[o + j] * sn[j] + 0.0);
+            row[4 * d + j].write(dk[o + j] * sn[j] + 0.0);
         }
     }
-    g
+    // SAFETY: the loop wrote every row's five blocks.
+    unsafe { g.written() }
 }
 
 #[derive(Debug)]

@@ -34,8 +34,8 @@ mod products;
 
 pub use groups::Groups;
 
-use crate::kernels::flex::host_mm::{host, scratch};
-use crate::kernels::flex::fastmath::silu_mul_consts;
+use crate::kernels::flex::host_mm::{Scratch, host, written, written_ref};
+use crate::kernels::flex::fastmath::silu_mul_consts_vec;
 use crate::util::parallel::par_map_mut;
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -46,7 +46,8 @@ use burn::tensor::{Tensor, TensorData};
 use burn_flex::{Flex, FlexTensor};
 use gather::{gather, gather_rows};
 use crate::kernels::gemm_paths::padded_rows;
-use products::{mm, products, products_padded};
+use products::{mm, mm_to, products, products_padded};
+use std::mem::MaybeUninit;
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -91,7 +92,7 @@ fn forward_host(
     let wh: Vec<[Cow<'_, [f32]>; 3]> = w.iter().map(|ws| ws.each_ref().map(host)).collect();
     // Expert e's products on its rows: `a1`, `a3`, `h` `[m, f]` and `o` `[m, d]`, each written
     // in full (gemm without accumulation, silu_mul) before anything reads it.
-    let expert = |e: usize, bufs: [&mut [f32]; 4]| {
+    let expert = |e: usize, bufs: [&mut [MaybeUninit<f32>]; 4]| {
         let (s, m) = (g.start[e], g.start[e + 1] - g.start[e]);
         if m == 0 {
             return;
@@ -112,42 +113,27 @@ fn forward_host(
             .map(|e| g.start[e + 1] - g.start[e])
             .max()
             .unwrap_or(0);
-        // SAFETY: `expert` writes each buffer's first m·f (m·d) values before reading them.
-        let (mut a1, mut a3, mut h, mut o) = unsafe {
-            (
-                scratch(widest * f),
-                scratch(widest * f),
-                scratch(widest * f),
-                scratch(widest * d),
-            )
-        };
+        let [mut a1, mut a3, mut h, mut o] = [f, f, f, d].map(|w| Scratch::new(widest * w));
         for e in 0..g.experts() {
             let (s, m) = (g.start[e], g.start[e + 1] - g.start[e]);
             let (mf, md) = (m * f, m * d);
+            let o = &mut o.out()[..md];
             expert(
                 e,
-                [&mut a1[..mf], &mut a3[..mf], &mut h[..mf], &mut o[..md]],
+                [&mut a1.out()[..mf], &mut a3.out()[..mf], &mut h.out()[..mf], o],
             );
-            add_gated(&mut out, &o[..md], s..s + m, &g, &gate, d);
+            // SAFETY: `expert` wrote all m·d of its output (nothing where m = 0).
+            add_gated(&mut out, unsafe { written_ref(o) }, s..s + m, &g, &gate, d);
         }
         return (out, None);
     }
-    // SAFETY: the experts' row blocks partition the n routed rows, and `expert` writes each of
-    // its blocks in full before reading it.
-    let (mut a1, mut a3, mut h, mut o) = unsafe {
-        (
-            scratch(n * f),
-            scratch(n * f),
-            scratch(n * f),
-            scratch(n * d),
-        )
-    };
+    let [mut a1, mut a3, mut h, mut o] = [f, f, f, d].map(|w| Scratch::new(n * w));
     {
-        let mut blocks: Vec<[&mut [f32]; 4]> = expert_rows(&mut a1, &g.start, f)
+        let mut blocks: Vec<[&mut [MaybeUninit<f32>]; 4]> = expert_rows(a1.out(), &g.start, f)
             .into_iter()
-            .zip(expert_rows(&mut a3, &g.start, f))
-            .zip(expert_rows(&mut h, &g.start, f))
-            .zip(expert_rows(&mut o, &g.start, d))
+            .zip(expert_rows(a3.out(), &g.start, f))
+            .zip(expert_rows(h.out(), &g.start, f))
+            .zip(expert_rows(o.out(), &g.start, d))
             .map(|(((a1, a3), h), o)| [a1, a3, h, o])
             .collect();
         par_map_mut(&mut blocks, |e, b| {
@@ -155,6 +141,9 @@ fn forward_host(
             expert(e, [&mut **a1, &mut **a3, &mut **h, &mut **o]);
         });
     }
+    // SAFETY: the experts' row blocks partition the n routed rows, and `expert` wrote each of
+    // its blocks in full.
+    let [a1, a3, h, o] = unsafe { [a1.written(), a3.written(), h.written(), o.written()] };
     add_gated(&mut out, &o, 0..n, &g, &gate, d);
     drop((wh, xh));
     if !save {
@@ -176,7 +165,7 @@ fn forward_host(
 }
 
 /// `buf`'s rows `[n, width]` cut into the experts' blocks (rows `start[e]..start[e + 1]`).
-fn expert_rows<'a>(mut buf: &'a mut [f32], start: &[usize], width: usize) -> Vec<&'a mut [f32]> {
+fn expert_rows<'a, T>(mut buf: &'a mut [T], start: &[usize], width: usize) -> Vec<&'a mut [T]> {
     let mut blocks = Vec::with_capacity(start.len() - 1);
     for e in 0..start.len() - 1 {
         let (block, rest) =
@@ -210,14 +199,11 @@ fn backward_host(s: &Saved, dy: &[f32], want: &[bool]) -> Vec<Option<Vec<f32>>> 
     let (g, d, f) = (&*s.g, s.d, s.f);
     let n = g.tok.len();
     let mut dgate = vec![0.0; g.t * g.k];
-    // SAFETY: the loop below writes every row of `dout`.
-    let mut dout = unsafe { scratch(n * d) };
+    let mut dout = Vec::with_capacity(n * d);
     for r in 0..n {
         let (tok, slot) = (g.tok[r], g.slot[r]);
         let dyr = &dy[tok * d..(tok + 1) * d];
-        for (o, &v) in dout[r * d..(r + 1) * d].iter_mut().zip(dyr) {
-            *o = v * s.gate[slot];
-        }
+        dout.extend(dyr.iter().map(|&v| v * s.gate[slot]));
     }
     // Each gate's gradient ⟨dy_t, o_r⟩ is summed by the backend's own row reduction, one
     // expert's rows at a time, as the sparse path's broadcast product reduces it: the same bits.
@@ -244,12 +230,10 @@ fn backward_host(s: &Saved, dy: &[f32], want: &[bool]) -> Vec<Option<Vec<f32>>> 
     }
     let mut grads: Vec<Option<Vec<f32>>> = vec![None; 2 + 3 * g.experts()];
     let xg = host(&s.xg);
-    // SAFETY: the experts' row blocks partition `dxg`'s rows, and each expert writes its block
-    // (gemm without accumulation) before its accumulating product.
-    let mut dxg = unsafe { scratch(n * d) };
+    let mut dxg = Scratch::new(n * d);
     // Expert e's weight gradients (where wanted) and its rows of dx; the experts run side by
     // side when the pool has more than one thread (each writes only its own block).
-    let expert = |e: usize, dx: &mut [f32]| -> [Option<Vec<f32>>; 3] {
+    let expert = |e: usize, dx: &mut [MaybeUninit<f32>]| -> [Option<Vec<f32>>; 3] {
         let (r0, m) = (g.start[e], g.start[e + 1] - g.start[e]);
         if m == 0 {
             return [None, None, None];
@@ -257,10 +241,11 @@ fn backward_host(s: &Saved, dy: &[f32], want: &[bool]) -> Vec<Option<Vec<f32>>> 
         let [w1, w3, w2] = s.w[e].each_ref().map(host);
         let (fa, fb, da, db) = (r0 * f, (r0 + m) * f, r0 * d, (r0 + m) * d);
         let (xe, he, doe) = (&xg[da..db], &s.h[fa..fb], &dout[da..db]);
-        // SAFETY: written in full (gemm without accumulation, silu_mul_consts) before read.
-        let (mut dh, mut c1, mut c3) = unsafe { (scratch(m * f), scratch(m * f), scratch(m * f)) };
-        mm(m, f, d, doe, false, &w2, true, &mut dh, false);
-        silu_mul_consts(&s.a1[fa..fb], &s.a3[fa..fb], &mut c1, &mut c3);
+        let mut dh = Scratch::new(m * f);
+        mm_to(m, f, d, doe, false, &w2, true, dh.out());
+        // SAFETY: the product wrote all m·f.
+        let dh = unsafe { dh.written() };
+        let (mut c1, mut c3) = silu_mul_consts_vec(&s.a1[fa..fb], &s.a3[fa..fb]);
         for ((a, b), &v) in c1.iter_mut().zip(c3.iter_mut()).zip(dh.iter()) {
             *a *= v;
             *b *= v;
@@ -271,19 +256,22 @@ fn backward_host(s: &Saved, dy: &[f32], want: &[bool]) -> Vec<Option<Vec<f32>>> 
         let dws = std::array::from_fn(|i| {
             let (lhs, rhs, rows, cols) = products[i];
             want[base + i].then(|| {
-                // SAFETY: the product without accumulation writes all of it.
-                let mut dw = unsafe { scratch(rows * cols) };
-                mm(rows, cols, m, lhs, true, rhs, false, &mut dw, false);
-                dw
+                let mut dw = Scratch::new(rows * cols);
+                mm_to(rows, cols, m, lhs, true, rhs, false, dw.out());
+                // SAFETY: the product without accumulation wrote all of it.
+                unsafe { dw.written() }
             })
         });
-        mm(m, d, f, da1, false, &w1, true, dx, false);
-        mm(m, d, f, da3, false, &w3, true, dx, true);
+        mm_to(m, d, f, da1, false, &w1, true, dx);
+        // SAFETY: the product without accumulation wrote all of this expert's rows.
+        mm(m, d, f, da3, false, &w3, true, unsafe { written(dx) }, true);
         dws
     };
-    let mut blocks = expert_rows(&mut dxg, &g.start, d);
+    let mut blocks = expert_rows(dxg.out(), &g.start, d);
     let dws = par_map_mut(&mut blocks, |e, dx| expert(e, dx));
     drop(blocks);
+    // SAFETY: the experts' row blocks partition `dxg`'s rows, each written in full.
+    let dxg = unsafe { dxg.written() };
     for (e, dw) in dws.into_iter().enumerate() {
         for (i, x) in dw.into_iter().enumerate() {
             grads[2 + 3 * e + i] = x;

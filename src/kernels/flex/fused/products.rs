@@ -2,8 +2,9 @@
 //! gate and down products, and the same on rows repeated so a product keeps the gemm path of
 //! the batch its rows stand for.
 
-use crate::kernels::flex::host_mm::{View, gemm_into, scratch};
 use crate::kernels::flex::fastmath::silu_mul;
+use crate::kernels::flex::host_mm::{Scratch, View, gemm_into, gemm_to, written_ref};
+use std::mem::MaybeUninit;
 
 /// `c[m×n] = a·b` (or `c += a·b` with `acc`); `a` is `[m×k]` row-major, or `[k×m]` read
 /// transposed with `at`; `b` is `[k×n]`, or `[n×k]` read transposed with `bt`.
@@ -32,20 +33,50 @@ pub(super) fn mm(
     gemm_into(m, n, k, a, b, c, n, 1.0, acc);
 }
 
+/// [`mm`] without accumulation into uninitialised memory: `c[m×n] = a·b`, all of it written.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn mm_to(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    at: bool,
+    b: &[f32],
+    bt: bool,
+    c: &mut [MaybeUninit<f32>],
+) {
+    let a = if at {
+        View::transposed(a, m)
+    } else {
+        View::rows(a, k)
+    };
+    let b = if bt {
+        View::transposed(b, k)
+    } else {
+        View::rows(b, n)
+    };
+    gemm_to(m, n, k, a, b, c, n, 1.0);
+}
+
 /// An expert's up, gate and down products on its `m` rows `xe` `[m, d]`: `a1`, `a3`, `h`
-/// `[m, f]` and `o` `[m, d]`, each written in full.
+/// `[m, f]` and `o` `[m, d]` (exactly those lengths), each written in full.
 pub(super) fn products(
     xe: &[f32],
     m: usize,
     [w1, w3, w2]: [&[f32]; 3],
     (d, f): (usize, usize),
-    bufs: [&mut [f32]; 4],
+    bufs: [&mut [MaybeUninit<f32>]; 4],
 ) {
     let [a1, a3, h, o] = bufs;
-    mm(m, f, d, xe, false, w1, false, a1, false);
-    mm(m, f, d, xe, false, w3, false, a3, false);
+    assert!(a1.len() == m * f && a3.len() == m * f && h.len() == m * f && o.len() == m * d);
+    mm_to(m, f, d, xe, false, w1, false, a1);
+    mm_to(m, f, d, xe, false, w3, false, a3);
+    // SAFETY: each product wrote all m·f of its output.
+    let (a1, a3) = unsafe { (written_ref(a1), written_ref(a3)) };
     silu_mul(a1, a3, h);
-    mm(m, d, f, h, false, w2, false, o, false);
+    // SAFETY: silu_mul wrote all m·f.
+    let h = unsafe { written_ref(h) };
+    mm_to(m, d, f, h, false, w2, false, o);
 }
 
 /// [`products`] on `xe` with its first row repeated up to `rows` rows; the first `m` rows of each
@@ -55,22 +86,24 @@ pub(super) fn products_padded(
     rows: usize,
     w: [&[f32]; 3],
     (d, f): (usize, usize),
-    bufs: [&mut [f32]; 4],
+    bufs: [&mut [MaybeUninit<f32>]; 4],
 ) {
     let m = xe.len() / d;
     let mut x = xe.to_vec();
     for _ in m..rows {
         x.extend_from_slice(&xe[..d]);
     }
-    // SAFETY: `products` writes every value of the four (gemm without accumulation, silu_mul).
-    let mut tmp = [rows * f, rows * f, rows * f, rows * d].map(|n| unsafe { scratch(n) });
+    let mut tmp = [rows * f, rows * f, rows * f, rows * d].map(Scratch::new);
     {
         let [t1, t3, th, to] = &mut tmp;
-        products(&x, rows, w, (d, f), [t1, t3, th, to]);
+        products(&x, rows, w, (d, f), [t1.out(), t3.out(), th.out(), to.out()]);
     }
-    for (dst, src) in bufs.into_iter().zip(&tmp) {
-        let len = dst.len();
-        dst.copy_from_slice(&src[..len]);
+    for (dst, mut src) in bufs.into_iter().zip(tmp) {
+        // SAFETY: `products` wrote every value of the four.
+        let src = unsafe { written_ref(src.out()) };
+        for (d, &s) in dst.iter_mut().zip(src) {
+            d.write(s);
+        }
     }
 }
 
