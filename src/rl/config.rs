@@ -4,7 +4,7 @@
 pub use super::fix_settings::{Pr2Config, ReplayThresholdConfig};
 use super::fixes::On;
 pub use super::fixes::mis::MisLevel;
-pub use super::fixes::{IcePopConfig, MisConfig, OpsmConfig};
+pub use super::fixes::{IcePopConfig, MisConfig, OpsmConfig, TisConfig};
 use crate::optim::AdamWConfig;
 use anyhow::{Context, Result, bail, ensure};
 use serde::{Deserialize, Serialize};
@@ -72,22 +72,6 @@ pub enum AdvantageMode {
     MeanStd,
     /// `r − mean` (Dr. GRPO).
     MeanOnly,
-}
-
-/// Truncated importance sampling against the rollout engine: multiply each token's loss by the
-/// detached `min(exp(logp_old − logp_mu), cap)`, `logp_old` being the ratios' π_old (before
-/// any router shift). With `old_logp = rollout` that is the engine's own log-prob: the ratio
-/// already corrects for the engine and every TIS weight is 1 (as verl's bypass mode).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TisConfig {
-    pub cap: f64,
-}
-
-impl Default for TisConfig {
-    fn default() -> Self {
-        TisConfig { cap: 2.0 }
-    }
 }
 
 /// RSPO's router-shift weighting of the token ratios ([`super::router_shift`]).
@@ -188,7 +172,6 @@ macro_rules! rl_config {
             pub temperature: f32,
             pub mismatch: Mismatch,
             pub advantage: AdvantageMode,
-            pub tis: Option<TisConfig>,
             $(
                 #[doc = concat!("The `", stringify!($key), "` stability fix ([`", stringify!($fix), "`], ")]
                 #[doc = concat!("`src/rl/fixes/", stringify!($key), ".rs`); off when unset.")]
@@ -245,7 +228,6 @@ macro_rules! rl_config {
                     temperature: 1.0,
                     mismatch: Mismatch::None,
                     advantage: AdvantageMode::MeanStd,
-                    tis: None,
                     $($key: None,)*
                     replay_threshold: None,
                     pr2: None,
@@ -422,9 +404,6 @@ impl RlConfig {
             );
         }
         self.validate_fixes_and_replay()?;
-        if let Some(t) = &self.tis {
-            ensure!(t.cap > 0.0, "tis.cap must be > 0");
-        }
         match self.drift_injection {
             Some(DriftInjection::Sigma { sigma }) => ensure!(
                 sigma >= 0.0 && sigma.is_finite(),

@@ -16,7 +16,7 @@ pub(super) fn corrected_loss(
 ) -> (burn::tensor::Tensor<1>, LossStats) {
     let (weights, masked) = fixes::weigh(&cfg.fixes(), &pb.fix_batch());
     pb.fixes = weights;
-    let (ploss, mut stats) = policy_loss(&cfg.algorithm, pb, cfg.tis.as_ref());
+    let (ploss, mut stats) = policy_loss(&cfg.algorithm, pb);
     stats.masked = masked;
     stats.all_masked = pb.fixes.all_masked();
     (ploss, stats)

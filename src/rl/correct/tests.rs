@@ -1,6 +1,6 @@
 //! How the objectives read the fixes' weights.
 
-use crate::rl::fixes::Weights;
+use crate::rl::fixes::{Ratio, Weights};
 use crate::rl::loss::PolicyBatch;
 use burn::tensor::Tensor;
 
@@ -30,18 +30,19 @@ fn close(a: &[f32], b: &[f64]) -> bool {
 }
 
 /// A sequence-level objective takes the token mean of the mask over each response; a
-/// token-level one the mask itself, times TIS's.
+/// token-level one the mask itself, times the importance weight of its level.
 #[test]
 fn objectives_take_the_weights_per_token_or_as_a_response_mean() {
     let mut b = batch();
     b.fixes.mask = Some(vec![1.0, 0.0, 0.5, 0.5, 0.5]);
-    assert_eq!(b.tok_weight(None).unwrap(), vec![1.0, 0.0, 0.5, 0.5, 0.5]);
-    assert!(close(&b.seq_weight(None).unwrap(), &[0.5, 0.5]));
-    let tis = crate::rl::config::TisConfig { cap: 2.0 };
-    assert!(
-        close(&b.seq_weight(Some(&tis)).unwrap(), &[0.5, 0.5]),
-        "TIS weight 1"
-    );
+    assert_eq!(b.tok_weight().unwrap(), vec![1.0, 0.0, 0.5, 0.5, 0.5]);
+    assert!(close(&b.seq_weight().unwrap(), &[0.5, 0.5]));
+    b.fixes.ratio = Some(Ratio {
+        tok: vec![2.0; 5],
+        seq: vec![1.0, 3.0],
+    });
+    assert!(close(&b.tok_weight().unwrap(), &[2.0, 0.0, 1.0, 1.0, 1.0]));
+    assert!(close(&b.seq_weight().unwrap(), &[0.5, 1.5]));
     b.fixes = Weights::default();
-    assert!(b.tok_weight(None).is_none() && b.seq_weight(None).is_none());
+    assert!(b.tok_weight().is_none() && b.seq_weight().is_none());
 }

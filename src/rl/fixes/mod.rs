@@ -1,5 +1,5 @@
 //! The stability fixes: `[rl]` settings that weigh or mask the policy loss's tokens against the
-//! rollout engine (IcePop, MIS, OPSM). Each fix is one file, `rl/fixes/<key>.rs`, holding
+//! rollout engine (TIS, IcePop, MIS, OPSM). Each fix is one file, `rl/fixes/<key>.rs`, holding
 //! its settings, their checks, its weight or mask, the updates-frame column logging what it
 //! masked, and its docs; [`stability_fixes!`] lists them once, and everything that reads the
 //! fixes expands that list: [`RlConfig`](crate::rl::RlConfig)'s keys (parsing, defaults,
@@ -47,6 +47,7 @@ use std::cell::OnceCell;
 macro_rules! stability_fixes {
     ($then:ident) => {
         $then! {
+            tis: TisConfig,
             icepop: IcePopConfig,
             mis: MisConfig,
             opsm: OpsmConfig,

@@ -27,7 +27,7 @@ pub(super) fn close(a: &[f32], b: &[f64]) -> bool {
 /// updates frame have always had them (a new fix goes after them).
 #[test]
 fn the_registry_keeps_the_order_of_the_first_fixes_and_their_columns() {
-    assert_eq!(KEYS[..3], ["icepop", "mis", "opsm"]);
+    assert_eq!(KEYS[..4], ["tis", "icepop", "mis", "opsm"]);
     let cols: Vec<&str> = SHARES.iter().map(|s| s.column).collect();
     assert_eq!(
         cols[..3],
@@ -41,13 +41,21 @@ fn the_registry_keeps_the_order_of_the_first_fixes_and_their_columns() {
 fn on_policy_nothing_is_masked() {
     let b = batch([0.0; 5], [-1.0, 1.0], Some([0.0; 5]));
     let fixes = (
+        TisConfig::default(),
         IcePopConfig::default(),
         MisConfig::default(),
         OpsmConfig::default(),
     );
-    let on: [Option<&dyn On>; COUNT] = [Some(&fixes.0), Some(&fixes.1), Some(&fixes.2)];
+    let on: [Option<&dyn On>; COUNT] = [
+        Some(&fixes.0),
+        Some(&fixes.1),
+        Some(&fixes.2),
+        Some(&fixes.3),
+    ];
     let (w, masked) = weigh(&on, &b);
     assert!(w.mask.as_ref().unwrap().iter().all(|&w| w == 1.0));
+    assert!(w.ratio.as_ref().unwrap().tok.iter().all(|&w| w == 1.0));
+    assert!(masked.of::<TisConfig>().is_none(), "TIS masks nothing");
     for m in [masked.of::<IcePopConfig>(), masked.of::<MisConfig>()] {
         assert!(m.unwrap().iter().all(|&x| !x));
     }

@@ -56,8 +56,8 @@ pub struct LossStats {
     pub clip_seq: Vec<bool>,
     /// Mean k3 KL to the reference, when computed.
     pub kl_ref: Option<f32>,
-    /// TIS and the stability fixes' weights applied, `[n_tok]` (token-level) or `[R]`
-    /// (sequence-level objectives).
+    /// The stability fixes' weights applied, `[n_tok]` (token-level) or `[R]` (sequence-level
+    /// objectives).
     pub tis_weight: Option<Vec<f32>>,
     /// What each stability fix masked (see [`crate::rl::fixes::Masked`]).
     pub masked: Masked,
@@ -138,26 +138,6 @@ impl PolicyBatch {
             .collect();
         (tok, seq)
     }
-    /// Token-level TIS weights `min(exp(logp_tis − logp_mu), cap)`.
-    pub fn tis_tok(&self, cap: f64) -> Vec<f32> {
-        self.logp_tis
-            .iter()
-            .zip(&self.logp_mu)
-            .map(|(o, m)| (o - m).exp().min(cap as f32))
-            .collect()
-    }
-    /// Sequence-level TIS weights `min(exp(mean_t (logp_tis − logp_mu)), cap)`: length
-    /// normalised like the sequence ratio of GSPO, used by the sequence-level objectives.
-    pub fn tis_seq(&self, cap: f64) -> Vec<f32> {
-        let mut sum = vec![0f64; self.n_resp()];
-        for (t, (o, m)) in self.logp_tis.iter().zip(&self.logp_mu).enumerate() {
-            sum[self.seg[t]] += f64::from(o - m);
-        }
-        sum.iter()
-            .zip(&self.lens)
-            .map(|(s, &l)| ((s / l as f64).exp().min(cap)) as f32)
-            .collect()
-    }
     /// What the stability fixes read of this batch.
     pub fn fix_batch(&self) -> fixes::Batch<'_> {
         fixes::Batch::new(
@@ -172,25 +152,30 @@ impl PolicyBatch {
 }
 
 impl PolicyBatch {
-    /// The detached per-token weights of a token-level objective: TIS's token weights times the
-    /// fixes' mask (`None` when neither is on).
-    pub fn tok_weight(&self, tis: Option<&crate::rl::config::TisConfig>) -> Option<Vec<f32>> {
-        let t = tis.map(|t| self.tis_tok(t.cap));
+    /// The detached per-token weights of a token-level objective: the fixes' per-token
+    /// importance weight times their mask (`None` when every fix is off).
+    pub fn tok_weight(&self) -> Option<Vec<f32>> {
+        let t = self.fixes.ratio.as_ref().map(|r| r.tok.clone());
         combine(t, self.fixes.mask.clone())
     }
 
-    /// Per-response weights `seq` (e.g. sequence-level TIS) given to each of the response's
-    /// tokens, times the fixes' mask (`None` when neither is on).
+    /// The fixes' per-response importance weight (`None` when none is on).
+    pub fn ratio_seq_weight(&self) -> Option<Vec<f32>> {
+        self.fixes.ratio.as_ref().map(|r| r.seq.clone())
+    }
+
+    /// Per-response weights `seq` (e.g. [`Self::ratio_seq_weight`]) given to each of the
+    /// response's tokens, times the fixes' mask (`None` when neither is on).
     pub fn tok_weight_of_seq(&self, seq: Option<&[f32]>) -> Option<Vec<f32>> {
         let t = seq.map(|w| self.seg.iter().map(|&i| w[i]).collect());
         combine(t, self.fixes.mask.clone())
     }
 
-    /// The detached per-response weights of a sequence-level objective: TIS's sequence weights
-    /// times the token mean of the fixes' mask over the response (what broadcasting the
-    /// response's loss to its tokens and averaging them gives).
-    pub fn seq_weight(&self, tis: Option<&crate::rl::config::TisConfig>) -> Option<Vec<f32>> {
-        let t = tis.map(|t| self.tis_seq(t.cap));
+    /// The detached per-response weights of a sequence-level objective: the fixes'
+    /// per-response importance weight times the token mean of their mask over the response
+    /// (what broadcasting the response's loss to its tokens and averaging them gives).
+    pub fn seq_weight(&self) -> Option<Vec<f32>> {
+        let t = self.ratio_seq_weight();
         let c = self.fixes.mask.as_ref().map(|c| {
             let mut s = vec![0f32; self.n_resp()];
             for (t, &w) in c.iter().enumerate() {
