@@ -46,8 +46,8 @@ pub struct LearnArgs {
     #[arg(long)]
     pub router_noise: Option<f64>,
     /// A stability fix, as its `[rl]` key (`--fix icepop`: its default settings) or its `[rl]`
-    /// entry in TOML (`--fix 'mis.level = "token"'`); repeatable. The fixes: tis, icepop, mis,
-    /// opsm (docs/spec.md).
+    /// entry in TOML (`--fix 'mis.level = "token"'`); repeatable. The keys are those of
+    /// `src/rl/fixes/` (tis, icepop, mis, opsm, …); an unknown one's error lists them.
     #[arg(long = "fix", value_name = "FIX")]
     pub fixes: Vec<String>,
     /// Threshold-filtered replay (with `--routing r2` or `r3`): a replayed expert scoring

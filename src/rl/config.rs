@@ -173,10 +173,10 @@ macro_rules! rl_config {
             pub mismatch: Mismatch,
             pub advantage: AdvantageMode,
             $(
-                #[doc = concat!("The `", stringify!($key), "` stability fix ([`", stringify!($fix), "`], ")]
+                #[doc = concat!("The `", stringify!($key), "` stability fix ([`", stringify!($fix), "`](super::fixes::", stringify!($fix), "), ")]
                 #[doc = concat!("`src/rl/fixes/", stringify!($key), ".rs`); off when unset.")]
                 #[serde(skip_serializing_if = "super::fixes::unwritten")]
-                pub $key: Option<$fix>,
+                pub $key: Option<super::fixes::$fix>,
             )*
             /// Threshold-filtered Routing Replay (r2 and r3 only): see [`ReplayThresholdConfig`].
             #[serde(skip_serializing_if = "Option::is_none")]

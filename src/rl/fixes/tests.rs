@@ -46,12 +46,11 @@ fn on_policy_nothing_is_masked() {
         MisConfig::default(),
         OpsmConfig::default(),
     );
-    let on: [Option<&dyn On>; COUNT] = [
-        Some(&fixes.0),
-        Some(&fixes.1),
-        Some(&fixes.2),
-        Some(&fixes.3),
-    ];
+    let mut on: [Option<&dyn On>; COUNT] = [None; COUNT];
+    on[position::<TisConfig>()] = Some(&fixes.0);
+    on[position::<IcePopConfig>()] = Some(&fixes.1);
+    on[position::<MisConfig>()] = Some(&fixes.2);
+    on[position::<OpsmConfig>()] = Some(&fixes.3);
     let (w, masked) = weigh(&on, &b);
     assert!(w.mask.as_ref().unwrap().iter().all(|&w| w == 1.0));
     assert!(w.ratio.as_ref().unwrap().tok.iter().all(|&w| w == 1.0));
@@ -62,7 +61,8 @@ fn on_policy_nothing_is_masked() {
     assert_eq!(masked.of::<OpsmConfig>().unwrap(), [false, false]);
     assert!(!w.all_masked());
     let shares = masked.shares();
-    assert!(shares.iter().all(|(_, s)| *s == Some(0.0)), "{shares:?}");
+    // The first three columns are those of IcePop, MIS and OPSM (the test above).
+    assert!(shares[..3].iter().all(|(_, s)| *s == Some(0.0)), "{shares:?}");
     let (w, masked) = weigh(&[None; COUNT], &b);
     assert_eq!(w, Weights::default());
     assert_eq!(masked, Masked::default());
