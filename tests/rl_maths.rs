@@ -7,7 +7,7 @@ use driftlab::rl::advantage::advantages;
 use driftlab::rl::loss::{PolicyBatch, policy_loss};
 use driftlab::rl::{
     AdvantageMode, Aggregation, Algorithm, CispoConfig, GmpoConfig, GrpoConfig, GspoConfig,
-    GvpoConfig, TisConfig,
+    GvpoConfig, RlConfig, TisConfig,
 };
 use driftlab::util::tensors::{floats, to_vec};
 
@@ -37,7 +37,7 @@ fn batch(
         logp_tis: vec![0.0; n],
         logp_mu: vec![0.0; n],
         logp_ref,
-        corr: None,
+        fixes: Default::default(),
         adv: adv.to_vec(),
         rewards: vec![1.0, 0.0],
         seg,
@@ -45,6 +45,17 @@ fn batch(
         group_size: 2,
     };
     (b, leaf)
+}
+
+/// `b` with TIS's weights set on it (none when `tis` is off), as the trainer sets every
+/// stability fix's.
+fn set_tis(b: &mut PolicyBatch, tis: Option<&TisConfig>) {
+    let cfg = RlConfig {
+        tis: tis.cloned(),
+        ..RlConfig::default()
+    };
+    let (weights, _) = driftlab::rl::fixes::weigh(&cfg.fixes(), &b.fix_batch());
+    b.fixes = weights;
 }
 
 fn w3() -> Vec<f32> {
@@ -80,7 +91,7 @@ fn grpo_loss_and_clipping_by_hand() {
     // low clipping only removes gradient for Â<0); token 2: Â=−1, w=1.1 → ℓ = 1.1.
     let (b, _) = batch([1.0, -1.0], &w3(), &[2, 1], None);
     let alg = Algorithm::Grpo(GrpoConfig::default());
-    let (loss, st) = policy_loss(&alg, &b, None);
+    let (loss, st) = policy_loss(&alg, &b);
     assert!(close(
         to_vec(loss.inner())[0],
         ((-1.27 - 0.5) / 2.0 + 1.1) / 2.0,
@@ -96,7 +107,7 @@ fn grpo_loss_and_clipping_by_hand() {
         aggregation: Aggregation::TokenMean,
         ..GrpoConfig::default()
     });
-    let (loss, _) = policy_loss(&tm, &b, None);
+    let (loss, _) = policy_loss(&tm, &b);
     assert!(close(
         to_vec(loss.inner())[0],
         (-1.27 - 0.5 + 1.1) / 3.0,
@@ -104,7 +115,7 @@ fn grpo_loss_and_clipping_by_hand() {
     ));
     // Â=−1 with w=0.5 < 0.8: clipped low.
     let (b2, _) = batch([-1.0, 1.0], &w3(), &[2, 1], None);
-    let (_, st2) = policy_loss(&alg, &b2, None);
+    let (_, st2) = policy_loss(&alg, &b2);
     assert_eq!(st2.clip_low, vec![false, true, false]);
     assert_eq!(
         st2.clip_high,
@@ -120,7 +131,7 @@ fn k3_kl_term_by_hand() {
         kl_beta: 0.5,
         ..GrpoConfig::default()
     });
-    let (loss, st) = policy_loss(&alg, &b, None);
+    let (loss, st) = policy_loss(&alg, &b);
     // d = logp_ref − logp; k3 = e^d − d − 1 = [0.072132, 0.306853, 0.004401].
     let k3 = [
         1.0 / 1.5 + 1.5f32.ln() - 1.0,
@@ -141,34 +152,28 @@ fn tis_weights_by_hand() {
     // TIS weighs π_old before any router shift (`logp_tis`) against the engine.
     b.logp_tis = vec![2f32.ln(), 0.5f32.ln(), 3f32.ln()];
     b.logp_old = b.logp_tis.clone();
-    let w = b.tis_tok(2.0);
+    let tis = TisConfig { cap: 2.0 };
+    let w = tis.tok(&b.fix_batch());
     assert!(close(w[0], 2.0, 1e-6) && close(w[1], 0.5, 1e-6) && close(w[2], 2.0, 1e-6));
     // Sequence level: geometric mean of response 0 is exp((ln2 + ln0.5)/2) = 1.
-    let s = b.tis_seq(2.0);
+    let s = tis.seq(&b.fix_batch());
     assert!(close(s[0], 1.0, 1e-6) && close(s[1], 2.0, 1e-6));
     // π_old taken from the engine (`old_logp = rollout`): the ratio already corrects for it,
     // and every TIS weight is 1.
     let mut r = b.clone();
     r.logp_old = r.logp_mu.clone();
     r.logp_tis = r.logp_mu.clone();
-    assert!(
-        r.tis_tok(2.0)
-            .iter()
-            .chain(&r.tis_seq(2.0))
-            .all(|&w| w == 1.0)
-    );
-    let (_, st) = policy_loss(
-        &Algorithm::Grpo(GrpoConfig::default()),
-        &b,
-        Some(&TisConfig { cap: 2.0 }),
-    );
+    let rb = r.fix_batch();
+    assert!(tis.tok(&rb).iter().chain(&tis.seq(&rb)).all(|&w| w == 1.0));
+    set_tis(&mut b, Some(&tis));
+    let (_, st) = policy_loss(&Algorithm::Grpo(GrpoConfig::default()), &b);
     assert_eq!(st.tis_weight.unwrap().len(), 3);
 }
 
 #[test]
 fn gspo_sequence_ratio_and_loss_by_hand() {
     let (b, _) = batch([1.0, 1.0], &w3(), &[2, 1], None);
-    let (loss, st) = policy_loss(&Algorithm::Gspo(GspoConfig::default()), &b, None);
+    let (loss, st) = policy_loss(&Algorithm::Gspo(GspoConfig::default()), &b);
     let s0 = 0.75f32.sqrt();
     assert!(close(st.ratio_seq[0], s0, 1e-6) && close(st.ratio_seq[1], 1.1, 1e-6));
     // Response 0: Â=1, s=0.866 (below the range, not clipped for Â>0) → −0.866.
@@ -185,7 +190,7 @@ fn gspo_sequence_ratio_and_loss_by_hand() {
 #[test]
 fn gvpo_loss_by_hand() {
     let (b, _) = batch([0.0, 0.0], &w3(), &[2, 1], None);
-    let (loss, st) = policy_loss(&Algorithm::Gvpo(GvpoConfig { beta: 0.1 }), &b, None);
+    let (loss, st) = policy_loss(&Algorithm::Gvpo(GvpoConfig { beta: 0.1 }), &b);
     let d = [0.75f32.ln(), 1.1f32.ln()];
     let m = (d[0] + d[1]) / 2.0;
     let r = [0.5f32, -0.5];
@@ -213,7 +218,7 @@ fn gspo_equals_grpo_when_every_response_has_length_one() {
             logp_tis: vec![0.0; 4],
             logp_mu: vec![0.0; 4],
             logp_ref: None,
-            corr: None,
+            fixes: Default::default(),
             adv: vec![1.0, -1.0, 0.5, -0.5],
             rewards: vec![1.0, 0.0, 1.0, 0.0],
             seg: vec![0, 1, 2, 3],
@@ -232,7 +237,6 @@ fn gspo_equals_grpo_when_every_response_has_length_one() {
             ..GrpoConfig::default()
         }),
         &ga,
-        None,
     );
     let (loss_b, _) = policy_loss(
         &Algorithm::Gspo(GspoConfig {
@@ -240,7 +244,6 @@ fn gspo_equals_grpo_when_every_response_has_length_one() {
             eps_high: eps.1,
         }),
         &gb,
-        None,
     );
     assert!(close(
         to_vec(loss_a.clone().inner())[0],
@@ -268,7 +271,7 @@ fn gspo_token_equals_gspo_in_value_and_gradient() {
                 logp_tis: vec![0.0; 6],
                 logp_mu: vec![0.0; 6],
                 logp_ref: None,
-                corr: None,
+                fixes: Default::default(),
                 adv: vec![1.0, -0.5, 0.7],
                 rewards: vec![1.0, 0.0, 1.0],
                 seg: seg.clone(),
@@ -283,8 +286,8 @@ fn gspo_token_equals_gspo_in_value_and_gradient() {
         };
         let (ba, la) = mk();
         let (bb, lb) = mk();
-        let (loss_a, sa) = policy_loss(&Algorithm::Gspo(c.clone()), &ba, None);
-        let (loss_b, sb) = policy_loss(&Algorithm::GspoToken(c), &bb, None);
+        let (loss_a, sa) = policy_loss(&Algorithm::Gspo(c.clone()), &ba);
+        let (loss_b, sb) = policy_loss(&Algorithm::GspoToken(c), &bb);
         assert!(close(
             to_vec(loss_a.clone().inner())[0],
             to_vec(loss_b.clone().inner())[0],
@@ -326,14 +329,14 @@ fn gvpo_gradient_at_old_policy_is_scaled_reinforce() {
         logp_tis: logp_old.clone(),
         logp_mu: logp_old.clone(),
         logp_ref: None,
-        corr: None,
+        fixes: Default::default(),
         adv: vec![0.0; 6],
         rewards: rewards.clone(),
         seg: seg.clone(),
         lens,
         group_size: 3,
     };
-    let (loss, _) = policy_loss(&Algorithm::Gvpo(GvpoConfig { beta }), &b, None);
+    let (loss, _) = policy_loss(&Algorithm::Gvpo(GvpoConfig { beta }), &b);
     let g_gvpo = grad(loss, &leaf);
     // REINFORCE with a group-mean baseline, averaged over groups: −mean_g Σ_i (r_i − r̄) Σ_t logp.
     let mut want = vec![0f32; 10];
@@ -410,8 +413,9 @@ fn micro_batch_losses_add_up_to_the_minibatch_loss_and_gradient() {
     ];
     for alg in algs {
         for tis in [None, Some(TisConfig { cap: 1.05 })] {
-            let (full, leaf) = policy_batch(&logp, &lens, &rewards, 0);
-            let (loss, st) = policy_loss(&alg, &full, tis.as_ref());
+            let (mut full, leaf) = policy_batch(&logp, &lens, &rewards, 0);
+            set_tis(&mut full, tis.as_ref());
+            let (loss, st) = policy_loss(&alg, &full);
             let l_full = to_vec(loss.clone().inner())[0];
             let g_full = grad(loss, &leaf);
             // Micro-batches: group 0 = responses 0, 1 (tokens 0..3), group 1 = tokens 3..8.
@@ -432,7 +436,8 @@ fn micro_batch_losses_add_up_to_the_minibatch_loss_and_gradient() {
                 part.logp_ref = full.logp_ref.as_ref().map(|r| r[toks.clone()].to_vec());
                 part.adv = full.adv[resp].to_vec();
                 let share = micro_share(&alg, &part, 4, 8);
-                let (l, s) = policy_loss(&alg, &part, tis.as_ref());
+                set_tis(&mut part, tis.as_ref());
+                let (l, s) = policy_loss(&alg, &part);
                 l_sum += share * to_vec(l.clone().inner())[0];
                 g_cat.extend(grad(l * share, &pleaf));
                 parts.push((s, share));
@@ -476,7 +481,7 @@ fn cispo_loss_and_gradient_by_hand() {
     let logp = w3();
     let (b, leaf) = batch([1.0, -1.0], &logp, &[2, 1], None);
     let alg = Algorithm::Cispo(CispoConfig::default());
-    let (loss, st) = policy_loss(&alg, &b, None);
+    let (loss, st) = policy_loss(&alg, &b);
     let what = (1.2 * logp[0] + 0.5 * logp[1] - 1.1 * logp[2]) / -3.0;
     assert!(close(to_vec(loss.clone().inner())[0], what, 1e-6));
     let g = grad(loss, &leaf);
@@ -491,7 +496,7 @@ fn cispo_loss_and_gradient_by_hand() {
         eps_low: 0.4,
         eps_high: 0.2,
     });
-    let (_, st) = policy_loss(&tight, &b, None);
+    let (_, st) = policy_loss(&tight, &b);
     assert_eq!(st.clip_low, vec![false, true, false]);
 }
 
@@ -507,7 +512,7 @@ fn cispo_on_policy_gradient_is_token_mean_reinforce() {
     };
     let (b, leaf) = mk();
     let g = grad(
-        policy_loss(&Algorithm::Cispo(CispoConfig::default()), &b, None).0,
+        policy_loss(&Algorithm::Cispo(CispoConfig::default()), &b).0,
         &leaf,
     );
     let n = logp.len() as f32;
@@ -524,7 +529,7 @@ fn cispo_on_policy_gradient_is_token_mean_reinforce() {
         aggregation: Aggregation::TokenMean,
         ..GrpoConfig::default()
     });
-    let g2 = grad(policy_loss(&tm, &b2, None).0, &leaf2);
+    let g2 = grad(policy_loss(&tm, &b2).0, &leaf2);
     assert!(g.iter().zip(&g2).all(|(a, b)| close(*a, *b, 1e-6)));
 }
 
@@ -536,7 +541,7 @@ fn gmpo_loss_and_gradient_by_hand() {
     // token 1 −ρ0 / (2·2), token 2 ρ1 / 2.
     let (b, leaf) = batch([1.0, -1.0], &w3(), &[2, 1], None);
     let alg = Algorithm::Gmpo(GmpoConfig::default());
-    let (loss, st) = policy_loss(&alg, &b, None);
+    let (loss, st) = policy_loss(&alg, &b);
     let rho0 = ((0.4 + 0.5f32.ln()) / 2.0).exp();
     assert!(close(
         to_vec(loss.clone().inner())[0],
@@ -551,7 +556,7 @@ fn gmpo_loss_and_gradient_by_hand() {
     assert_eq!(st.clip_low, vec![false; 3]);
     // Â < 0 clips below: Δ = ln 0.5 < −0.4.
     let (b, _) = batch([-1.0, 1.0], &w3(), &[2, 1], None);
-    let (_, st) = policy_loss(&alg, &b, None);
+    let (_, st) = policy_loss(&alg, &b);
     assert_eq!(st.clip_low, vec![false, true, false]);
     assert_eq!(st.clip_high, vec![false; 3]);
 }
@@ -563,7 +568,7 @@ fn gmpo_on_policy_gradient_equals_grpo() {
     let grads = |alg: Algorithm| {
         let (mut b, leaf) = policy_batch(&logp, &lens, &rewards, 0);
         b.logp_old = logp.clone();
-        grad(policy_loss(&alg, &b, None).0, &leaf)
+        grad(policy_loss(&alg, &b).0, &leaf)
     };
     let g = grads(Algorithm::Gmpo(GmpoConfig::default()));
     let g2 = grads(Algorithm::Grpo(GrpoConfig::default()));
@@ -612,7 +617,7 @@ fn router_shift_rescales_ratios_before_clipping_by_hand() {
     // (w̃ < 0.8 with Â < 0: ℓ = 0.8, no gradient). Gradient of token 1: −w̃ / (2 · 2).
     let (mut b, leaf) = batch([1.0, -1.0], &w3(), &[2, 1], None);
     b.logp_old = shifted_old_logp(&b.logp_old, &[0.9, 1.0, 0.5]);
-    let (loss, st) = policy_loss(&Algorithm::Grpo(GrpoConfig::default()), &b, None);
+    let (loss, st) = policy_loss(&Algorithm::Grpo(GrpoConfig::default()), &b);
     let want = ((-1.27 - 0.5) / 2.0 + 0.8) / 2.0;
     assert!(close(to_vec(loss.clone().inner())[0], want, 1e-6));
     let g = grad(loss, &leaf);

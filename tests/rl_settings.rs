@@ -309,10 +309,14 @@ fn masking_corrections_mask_only_under_a_mismatch_and_an_all_masked_minibatch_is
         let out = one_step(all(tiny_rl(alg.clone(), RoutingMode::Native)), 2);
         for u in &out.updates {
             assert!(u.applied, "{}", alg.name());
-            for m in [&u.stats.icepop_masked, &u.stats.mis_masked] {
-                assert!(m.as_ref().unwrap().iter().all(|&x| !x), "{}", alg.name());
+            let m = &u.stats.masked;
+            for m in [
+                m.of::<IcePopConfig>(),
+                m.of::<MisConfig>(),
+                m.of::<OpsmConfig>(),
+            ] {
+                assert!(m.unwrap().iter().all(|&x| !x), "{}", alg.name());
             }
-            assert!(u.stats.opsm_masked.as_ref().unwrap().iter().all(|&x| !x));
         }
     }
     let mut noisy = grpo(RoutingMode::Native);
@@ -326,9 +330,7 @@ fn masking_corrections_mask_only_under_a_mismatch_and_an_all_masked_minibatch_is
         .updates
         .iter()
         .map(|u| {
-            u.stats
-                .icepop_masked
-                .as_ref()
+            (u.stats.masked.of::<IcePopConfig>())
                 .unwrap()
                 .iter()
                 .filter(|&&x| x)
@@ -346,7 +348,7 @@ fn masking_corrections_mask_only_under_a_mismatch_and_an_all_masked_minibatch_is
     let before = t.model.clone();
     let out = t.step();
     for u in &out.updates {
-        assert!(u.stats.mis_masked.as_ref().unwrap().iter().all(|&x| x));
+        assert!(u.stats.masked.of::<MisConfig>().unwrap().iter().all(|&x| x));
         assert!(!u.applied);
         assert_eq!(
             u.skip_reason.as_deref(),

@@ -145,11 +145,10 @@ pub fn model_throughput(preset: Preset, device: &Device, reps: usize) -> Result<
 /// rollout shards `parts`, and the `extra` settings its label names (joined by `+`).
 fn bench_rl_config(probe: bool, parts: usize, extra: &str) -> crate::rl::RlConfig {
     use crate::rl::{
-        IcePopConfig, MisConfig, Mismatch, OpsmConfig, Pr2Config, ReplayThresholdConfig, RlConfig,
-        RouterShiftConfig, RoutingMode,
+        Mismatch, Pr2Config, ReplayThresholdConfig, RlConfig, RouterShiftConfig, RoutingMode,
     };
     let has = |x: &str| extra.split('+').any(|e| e == x);
-    RlConfig {
+    let mut cfg = RlConfig {
         measure_kl_ref: probe,
         micro_batches: parts,
         rollout_shards: parts,
@@ -166,13 +165,16 @@ fn bench_rl_config(probe: bool, parts: usize, extra: &str) -> crate::rl::RlConfi
         } else {
             RoutingMode::Native
         },
-        icepop: has("icepop").then(IcePopConfig::default),
-        mis: has("mis").then(MisConfig::default),
-        opsm: has("opsm").then(OpsmConfig::default),
         pr2: has("pr2").then(Pr2Config::default),
         replay_threshold: has("replay_threshold").then(ReplayThresholdConfig::default),
         ..RlConfig::default()
+    };
+    // Every stability fix the label names, at its defaults.
+    for key in crate::rl::fixes::KEYS.into_iter().filter(|k| has(k)) {
+        cfg.set_fix(key, serde_json::json!({}))
+            .expect("a fix's defaults read");
     }
+    cfg
 }
 
 pub fn rl_step(device: &Device, reps: usize) -> Result<()> {

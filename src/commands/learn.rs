@@ -4,11 +4,11 @@
 use crate::coldstart::{ColdStartConfig, load_or_train};
 use crate::model::{ModelConfig, Preset, RouterKind};
 use crate::rl::{
-    Algorithm, AlgorithmKind, IcePopConfig, MisConfig, MisLevel, Mismatch, OldLogp, OpsmConfig,
-    Pr2Config, ReplayThresholdConfig, RlConfig, RouterShiftConfig, RoutingMode, Trainer,
+    Algorithm, AlgorithmKind, Mismatch, OldLogp, Pr2Config, ReplayThresholdConfig, RlConfig,
+    RouterShiftConfig, RoutingMode, Trainer,
 };
 use crate::task::{Task, TaskConfig, Tokenizer};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use burn::tensor::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -42,19 +42,14 @@ pub struct LearnArgs {
     #[arg(long, default_value_t = 0)]
     pub rollout_staleness: usize,
     /// A rollout engine whose router logits carry Gaussian noise of this σ (a mismatch for
-    /// the masking corrections to act on); none by default.
+    /// the stability fixes to act on); none by default.
     #[arg(long)]
     pub router_noise: Option<f64>,
-    /// IcePop's token mask on the engine ratio, at the paper's band [0.5, 5].
-    #[arg(long)]
-    pub icepop: bool,
-    /// Masked importance sampling at this level (token, sequence or geometric; default band
-    /// [0, 3]).
-    #[arg(long)]
-    pub mis: Option<MisLevel>,
-    /// Off-policy sequence masking at the default threshold (0.5).
-    #[arg(long)]
-    pub opsm: bool,
+    /// A stability fix, as its `[rl]` key (`--fix icepop`: its default settings) or its `[rl]`
+    /// entry in TOML (`--fix 'mis.level = "token"'`); repeatable. The keys are those of
+    /// `src/rl/fixes/` (tis, icepop, mis, opsm, …); an unknown one's error lists them.
+    #[arg(long = "fix", value_name = "FIX")]
+    pub fixes: Vec<String>,
     /// Threshold-filtered replay (with `--routing r2` or `r3`): a replayed expert scoring
     /// below this × the weakest live top-k score is replaced by a live choice.
     #[arg(long)]
@@ -86,14 +81,8 @@ fn label(a: &LearnArgs) -> String {
     if let Some(x) = a.router_noise {
         s += &format!(" router_noise={x}");
     }
-    if a.icepop {
-        s += " +icepop";
-    }
-    if let Some(l) = a.mis {
-        s += &format!(" +mis={l}");
-    }
-    if a.opsm {
-        s += " +opsm";
+    for f in &a.fixes {
+        s += &format!(" +{}", f.replace(' ', ""));
     }
     if let Some(r) = a.replay_threshold {
         s += &format!(" +replay_threshold={r}");
@@ -105,7 +94,7 @@ fn label(a: &LearnArgs) -> String {
 }
 
 /// The RL settings of a learn run.
-fn rl_config(a: &LearnArgs) -> RlConfig {
+fn rl_config(a: &LearnArgs) -> Result<RlConfig> {
     let mut cfg = RlConfig {
         algorithm: Algorithm::default_of(a.algorithm),
         routing: a.routing,
@@ -118,12 +107,6 @@ fn rl_config(a: &LearnArgs) -> RlConfig {
         mismatch: a
             .router_noise
             .map_or(Mismatch::None, |sigma| Mismatch::RouterNoise { sigma }),
-        icepop: a.icepop.then(IcePopConfig::default),
-        mis: a.mis.map(|level| MisConfig {
-            level,
-            ..MisConfig::default()
-        }),
-        opsm: a.opsm.then(OpsmConfig::default),
         replay_threshold: a
             .replay_threshold
             .map(|ratio| ReplayThresholdConfig { ratio }),
@@ -131,14 +114,28 @@ fn rl_config(a: &LearnArgs) -> RlConfig {
         ..RlConfig::default()
     };
     cfg.optimizer.lr = a.lr;
-    cfg
+    for f in &a.fixes {
+        // A bare key turns the fix on at its defaults; anything else is its `[rl]` entry.
+        let text = if f.contains('=') {
+            f.clone()
+        } else {
+            format!("{f} = {{}}")
+        };
+        let entry: toml::Table = toml::from_str(&text)
+            .with_context(|| format!("--fix {f}: neither a fix's key nor its [rl] entry"))?;
+        for (key, settings) in entry {
+            cfg.set_fix(&key, serde_json::to_value(settings)?)
+                .with_context(|| format!("--fix {f}"))?;
+        }
+    }
+    Ok(cfg)
 }
 
-/// What the masking corrections masked over a run: (masked, total) of IcePop's and MIS's
-/// tokens and OPSM's responses, and the updates skipped with every token masked.
+/// What the stability fixes masked over a run: (masked, total) tokens or responses of each,
+/// and the updates skipped with every token masked.
 #[derive(Default)]
 struct Masked {
-    counts: [(usize, usize); 3],
+    counts: std::collections::BTreeMap<&'static str, (usize, usize)>,
     skipped: usize,
     /// (replaced, replayed) slots of a threshold-filtered replay.
     replay: (usize, usize),
@@ -152,25 +149,19 @@ impl Masked {
                 self.replay.0 += r;
                 self.replay.1 += n;
             }
-            for (m, v) in
-                self.counts
-                    .iter_mut()
-                    .zip([&st.icepop_masked, &st.mis_masked, &st.opsm_masked])
-            {
-                if let Some(v) = v {
-                    m.0 += v.iter().filter(|&&x| x).count();
-                    m.1 += v.len();
-                }
+            for (key, masked, total) in st.masked.counts() {
+                let m = self.counts.entry(key).or_default();
+                (m.0, m.1) = (m.0 + masked, m.1 + total);
             }
             self.skipped += usize::from(st.all_masked);
         }
     }
 
-    /// "; icepop masked 0.12%, …" (empty with every correction off).
+    /// "; icepop masked 0.12%, …" (empty with every fix off).
     fn text(&self) -> String {
-        let parts: Vec<String> = ["icepop", "mis", "opsm"]
-            .iter()
-            .zip(self.counts)
+        // In registry order.
+        let parts: Vec<String> = (crate::rl::fixes::KEYS.iter())
+            .filter_map(|k| self.counts.get(k).map(|&c| (k, c)))
             .filter(|(_, (_, n))| *n > 0)
             .map(|(name, (m, n))| format!("{name} masked {:.3}%", 100.0 * m as f64 / n as f64))
             .chain((self.skipped > 0).then(|| format!("{} updates all masked", self.skipped)))
@@ -212,7 +203,7 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
             &a.cache_dir,
             &crate::util::progress::Progress::auto(),
         )?;
-        let mut t = Trainer::new(rl_config(a), cs.model, task, seed)?;
+        let mut t = Trainer::new(rl_config(a)?, cs.model, task, seed)?;
         t.probe = false;
         let bar = ProgressBar::new(a.steps as u64);
         bar.set_style(

@@ -165,15 +165,11 @@ pub fn update_row(id: &CellId, step: usize, u: &UpdateRecord, shape: Shape) -> R
         ("n_tokens", Val::I(w.len() as i64)),
     ]);
     row.extend(router_shift_cols(id, st));
-    let share = |m: &Option<Vec<bool>>| {
-        m.as_ref().map_or(Val::F(None), |v| {
-            f(v.iter().filter(|&&x| x).count() as f64 / v.len().max(1) as f64)
-        })
-    };
+    // The stability fixes' logged shares (schema: crate::rl::fixes::SHARES).
+    row.extend(
+        (st.masked.shares().into_iter()).map(|(col, share)| (col, share.map_or(Val::F(None), f))),
+    );
     row.extend([
-        ("icepop_masked_frac", share(&st.icepop_masked)),
-        ("mis_masked_frac", share(&st.mis_masked)),
-        ("opsm_masked_frac", share(&st.opsm_masked)),
         ("pr2_loss", u.pr2_loss.map_or(Val::F(None), f)),
         (
             "replay_replaced_frac",

@@ -2,6 +2,7 @@
 //! The writer checks each row against it, the report reads by it, and `driftlab schema` prints
 //! it as JSON for readers in other languages (the Python interop test reads that output).
 
+use crate::rl::fixes;
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -211,109 +212,135 @@ const MINIBATCH: Col = i(
     "minibatch index within the step (0 is on-policy)",
 );
 
+/// The updates frame's metrics before the stability fixes' logged shares.
+const UPDATES_HEAD: &[Col] = &[
+    f(
+        "ratio_tok_mean",
+        "mean of the token ratios w = exp(logp − logp_old) before the step",
+    ),
+    f("ratio_tok_var", "variance of the token ratios"),
+    f("ratio_tok_max", "largest token ratio"),
+    f("ratio_tok_min", "smallest token ratio"),
+    f("logratio_tok_var", "variance of log w"),
+    f(
+        "ratio_seq_var",
+        "variance of the sequence ratios s_i (GSPO's length-normalised ratio)",
+    ),
+    f(
+        "logratio_within_seq_var",
+        "mean over responses of the variance of log w within the response",
+    ),
+    f("ess", "effective sample size (Σw)²/(n·Σw²)"),
+    f(
+        "clip_frac_tok",
+        "share of clipped tokens (a clipped GSPO response counts all its tokens)",
+    ),
+    f("clip_frac_low", "share of tokens clipped at 1 − ε_low"),
+    f("clip_frac_high", "share of tokens clipped at 1 + ε_high"),
+    f(
+        "clip_frac_seq",
+        "share of responses with any clipped token (clipped as a whole for GSPO)",
+    ),
+    f("kl_old", "mean(logp_old − logp) (k1)"),
+    f(
+        "kl_ref",
+        "k3 KL to the cold-start reference (null when not measured)",
+    ),
+    f("grad_norm", "global gradient norm before clipping"),
+    f("loss_policy", "policy loss (incl. its KL term)"),
+    f("loss_aux", "load-balancing loss"),
+    f("loss_total", "weighted total loss"),
+    i(
+        "applied",
+        "1 when the optimizer step was taken, 0 when skipped (non-finite, or every token masked by the corrections)",
+    ),
+    f("lr", "learning rate of the step"),
+    f("resp_len_mean", "mean response length of the minibatch"),
+    i("n_tokens", "response tokens of the minibatch"),
+    f(
+        "router_shift_mean",
+        "mean router-shift weight γ̃ over the minibatch's tokens (null when off)",
+    ),
+    f(
+        "router_shift_floored",
+        "share of tokens whose γ̃ sits at the floor (null when off)",
+    ),
+];
+
+/// The stability fixes' logged shares, one column per fix that masks, in registry order
+/// ([`crate::rl::fixes::SHARES`]).
+const FIX_SHARES: [Col; fixes::SHARES.len()] = {
+    let mut out = [f("", ""); fixes::SHARES.len()];
+    let mut i = 0;
+    while i < out.len() {
+        out[i] = f(fixes::SHARES[i].column, fixes::SHARES[i].doc);
+        i += 1;
+    }
+    out
+};
+
+/// The updates frame's metrics after the fixes' shares.
+const UPDATES_TAIL: &[Col] = &[
+    f(
+        "pr2_loss",
+        "PR²: KL(live router ‖ predicted routing distribution), mean over tokens, summed over layers, on this minibatch (null when pr2 is off and on a step's first minibatch)",
+    ),
+    f(
+        "replay_replaced_frac",
+        "share of the update forward's replayed expert slots that replay_threshold replaced with a live choice (null when off)",
+    ),
+    DRIFT_EXPERT_FRAC,
+    DRIFT_TOKEN_FRAC,
+    f(
+        "drift_flips_per_token",
+        "mean number of layers whose expert set changed, per token",
+    ),
+    f(
+        "drift_router_frac",
+        "share of (token, layer) routers whose expert set changed in the update: drift_flips_per_token / layers",
+    ),
+    f(
+        "replay_stale_frac",
+        "r2/r3: share of the expert slots the update forward replayed that are not in the live router's top-k (null for native routing)",
+    ),
+    DRIFT_SINCE_ROLLOUT,
+    ROUTER_JS,
+    ROUTER_TOPK_MASS,
+    ROUTER_TOPK_GAP,
+    ROUTER_NEAR_TIE,
+    f(
+        "drift_bias_expert_frac",
+        "sigmoid_bias router: share of activated expert slots the bias update alone changed \
+         (pre-step weights with the new bias vs the update forward); null otherwise",
+    ),
+    f("t_update", "seconds in the update"),
+    f("t_probe", "seconds in the drift probe"),
+];
+
+const UPDATES_METRICS: [Col; UPDATES_HEAD.len() + FIX_SHARES.len() + UPDATES_TAIL.len()] =
+    joined(&[UPDATES_HEAD, &FIX_SHARES, UPDATES_TAIL]);
+
+/// `parts` one after the other (`N` columns in all), at compile time.
+const fn joined<const N: usize>(parts: &[&[Col]]) -> [Col; N] {
+    let mut out = [f("", ""); N];
+    let (mut p, mut n) = (0, 0);
+    while p < parts.len() {
+        let mut i = 0;
+        while i < parts[p].len() {
+            out[n] = parts[p][i];
+            (i, n) = (i + 1, n + 1);
+        }
+        p += 1;
+    }
+    assert!(n == N, "the parts hold N columns");
+    out
+}
+
 pub static UPDATES: FrameSchema = FrameSchema {
     name: "updates",
     grain: "one row per cell, step and minibatch (one optimizer step)",
     keys: &[MINIBATCH],
-    metrics: &[
-        f(
-            "ratio_tok_mean",
-            "mean of the token ratios w = exp(logp − logp_old) before the step",
-        ),
-        f("ratio_tok_var", "variance of the token ratios"),
-        f("ratio_tok_max", "largest token ratio"),
-        f("ratio_tok_min", "smallest token ratio"),
-        f("logratio_tok_var", "variance of log w"),
-        f(
-            "ratio_seq_var",
-            "variance of the sequence ratios s_i (GSPO's length-normalised ratio)",
-        ),
-        f(
-            "logratio_within_seq_var",
-            "mean over responses of the variance of log w within the response",
-        ),
-        f("ess", "effective sample size (Σw)²/(n·Σw²)"),
-        f(
-            "clip_frac_tok",
-            "share of clipped tokens (a clipped GSPO response counts all its tokens)",
-        ),
-        f("clip_frac_low", "share of tokens clipped at 1 − ε_low"),
-        f("clip_frac_high", "share of tokens clipped at 1 + ε_high"),
-        f(
-            "clip_frac_seq",
-            "share of responses with any clipped token (clipped as a whole for GSPO)",
-        ),
-        f("kl_old", "mean(logp_old − logp) (k1)"),
-        f(
-            "kl_ref",
-            "k3 KL to the cold-start reference (null when not measured)",
-        ),
-        f("grad_norm", "global gradient norm before clipping"),
-        f("loss_policy", "policy loss (incl. its KL term)"),
-        f("loss_aux", "load-balancing loss"),
-        f("loss_total", "weighted total loss"),
-        i(
-            "applied",
-            "1 when the optimizer step was taken, 0 when skipped (non-finite, or every token masked by the corrections)",
-        ),
-        f("lr", "learning rate of the step"),
-        f("resp_len_mean", "mean response length of the minibatch"),
-        i("n_tokens", "response tokens of the minibatch"),
-        f(
-            "router_shift_mean",
-            "mean router-shift weight γ̃ over the minibatch's tokens (null when off)",
-        ),
-        f(
-            "router_shift_floored",
-            "share of tokens whose γ̃ sits at the floor (null when off)",
-        ),
-        f(
-            "icepop_masked_frac",
-            "share of the minibatch's tokens IcePop masked (engine ratio outside its band; null when off)",
-        ),
-        f(
-            "mis_masked_frac",
-            "share of the minibatch's tokens masked importance sampling masked (every token of a response masked at sequence level; null when off)",
-        ),
-        f(
-            "opsm_masked_frac",
-            "share of the minibatch's responses off-policy sequence masking masked (negative advantage, mean log(π_engine/π_θ) above its threshold; null when off)",
-        ),
-        f(
-            "pr2_loss",
-            "PR²: KL(live router ‖ predicted routing distribution), mean over tokens, summed over layers, on this minibatch (null when pr2 is off and on a step's first minibatch)",
-        ),
-        f(
-            "replay_replaced_frac",
-            "share of the update forward's replayed expert slots that replay_threshold replaced with a live choice (null when off)",
-        ),
-        DRIFT_EXPERT_FRAC,
-        DRIFT_TOKEN_FRAC,
-        f(
-            "drift_flips_per_token",
-            "mean number of layers whose expert set changed, per token",
-        ),
-        f(
-            "drift_router_frac",
-            "share of (token, layer) routers whose expert set changed in the update: drift_flips_per_token / layers",
-        ),
-        f(
-            "replay_stale_frac",
-            "r2/r3: share of the expert slots the update forward replayed that are not in the live router's top-k (null for native routing)",
-        ),
-        DRIFT_SINCE_ROLLOUT,
-        ROUTER_JS,
-        ROUTER_TOPK_MASS,
-        ROUTER_TOPK_GAP,
-        ROUTER_NEAR_TIE,
-        f(
-            "drift_bias_expert_frac",
-            "sigmoid_bias router: share of activated expert slots the bias update alone changed \
-             (pre-step weights with the new bias vs the update forward); null otherwise",
-        ),
-        f("t_update", "seconds in the update"),
-        f("t_probe", "seconds in the drift probe"),
-    ],
+    metrics: &UPDATES_METRICS,
 };
 
 pub static LAYERS: FrameSchema = FrameSchema {

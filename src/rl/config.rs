@@ -1,11 +1,12 @@
 //! RL configuration: the objective, the routing mode, the rollout engine and the update loop.
 //! Every open choice is a field here with its documented default.
 
-pub use super::fix_settings::{
-    IcePopConfig, MisConfig, MisLevel, OpsmConfig, Pr2Config, ReplayThresholdConfig,
-};
+pub use super::fix_settings::{Pr2Config, ReplayThresholdConfig};
+use super::fixes::On;
+pub use super::fixes::mis::MisLevel;
+pub use super::fixes::{IcePopConfig, MisConfig, OpsmConfig, TisConfig};
 use crate::optim::AdamWConfig;
-use anyhow::{Result, bail, ensure};
+use anyhow::{Context, Result, bail, ensure};
 use serde::{Deserialize, Serialize};
 
 pub use super::algorithm::{
@@ -73,22 +74,6 @@ pub enum AdvantageMode {
     MeanOnly,
 }
 
-/// Truncated importance sampling against the rollout engine: multiply each token's loss by the
-/// detached `min(exp(logp_old − logp_mu), cap)`, `logp_old` being the ratios' π_old (before
-/// any router shift). With `old_logp = rollout` that is the engine's own log-prob: the ratio
-/// already corrects for the engine and every TIS weight is 1 (as verl's bypass mode).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TisConfig {
-    pub cap: f64,
-}
-
-impl Default for TisConfig {
-    fn default() -> Self {
-        TisConfig { cap: 2.0 }
-    }
-}
-
 /// RSPO's router-shift weighting of the token ratios ([`super::router_shift`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -140,132 +125,155 @@ pub enum DriftInjection {
     TargetExpertFrac { target: f64 },
 }
 
-/// Everything one RL cell needs besides the model and the task.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RlConfig {
-    pub algorithm: Algorithm,
-    pub routing: RoutingMode,
-    /// Prompts per rollout batch (B).
-    pub batch_prompts: usize,
-    /// Responses per prompt (G).
-    pub group_size: usize,
-    /// Minibatches (optimizer steps) per rollout batch (N); must divide B.
-    pub minibatches: usize,
-    /// Prompts per minibatch. When set, it fixes the minibatch and N sets the batch:
-    /// `batch_prompts = minibatches × minibatch_prompts` (the N sweeps of arXiv 2512.01374).
-    /// Unset (default), `batch_prompts` is fixed and N splits it. In a spec, whichever of the
-    /// two a later level sets wins; in code, [`RlConfig::with_sizes`] overwrites
-    /// `batch_prompts` (a spec's cells are resolved with it; the trainer takes resolved
-    /// settings and refuses a batch that disagrees).
-    pub minibatch_prompts: Option<usize>,
-    /// Where π_old comes from (see [`OldLogp`]).
-    pub old_logp: OldLogp,
-    /// Asynchronous staleness k: the rollout batch of step s is sampled by the policy at the
-    /// start of step s − k (the cold start for the first k steps); 0 = on-policy sampling.
-    /// Keeps the policies of the last k + 1 step starts (none at k = 0).
-    pub rollout_staleness: usize,
-    /// Micro-batches per minibatch (at most; the largest divisor of the prompt groups per
-    /// minibatch not above it is used). Each micro-batch of whole prompt groups runs its own
-    /// forward, loss and backward; their losses are weighted so they sum to the minibatch loss,
-    /// their gradients are summed and the minibatch still takes one AdamW step. The π_old
-    /// recompute, the reference and the drift probe use the same micro-batches, and the rollout
-    /// engine has its own `rollout_shards`. Micro-batches run in parallel when the thread pool
-    /// has more than one thread; the numbers do not depend on the thread count. The
-    /// load-balancing loss keeps the whole minibatch's routed-slot fractions (see
-    /// [`super::micro`]).
-    pub micro_batches: usize,
-    /// The rollout engine generates its B·G rows in this many contiguous shards, each with its
-    /// own KV cache, in parallel when the thread pool has more than one thread. Tokens are
-    /// sampled in row order from one random stream either way.
-    pub rollout_shards: usize,
-    pub temperature: f32,
-    pub mismatch: Mismatch,
-    pub advantage: AdvantageMode,
-    pub tis: Option<TisConfig>,
-    /// IcePop's token mask on the engine ratio (see [`super::correct`]); off when unset.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub icepop: Option<IcePopConfig>,
-    /// Masked importance sampling against the engine (see [`super::correct`]); off when unset.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mis: Option<MisConfig>,
-    /// DeepSeek-V3.2's off-policy sequence masking (see [`super::correct`]); off when unset.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub opsm: Option<OpsmConfig>,
-    /// Threshold-filtered Routing Replay (r2 and r3 only): see [`ReplayThresholdConfig`].
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub replay_threshold: Option<ReplayThresholdConfig>,
-    /// Predictive Routing Replay (r2 only): see [`Pr2Config`].
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pr2: Option<Pr2Config>,
-    /// RSPO's router-shift weighting of the token ratios (see [`super::router_shift`]); off
-    /// when unset. Applies to every objective with an importance ratio (not gvpo).
-    pub router_shift: Option<RouterShiftConfig>,
-    pub optimizer: AdamWConfig,
-    pub lr_schedule: LrSchedule,
-    /// Total RL steps (for the schedule).
-    pub total_steps: usize,
-    /// Load-balancing loss coefficient.
-    pub aux_coef: f64,
-    /// Router z-loss coefficient.
-    pub z_coef: f64,
-    pub drift_injection: Option<DriftInjection>,
-    /// Compute log-probs of the frozen cold-start model every step for the `kl_ref` metric (one
-    /// extra no-graph forward per minibatch); always on when the objective has a KL term.
-    pub measure_kl_ref: bool,
-    /// Run the drift probe (and the bias-only probe) on steps 0, k, 2k, … only: the drift
-    /// columns of the other steps' updates are null and they write no per-layer rows. A
-    /// declared saving of measurement work (the probe is one no-graph forward per minibatch);
-    /// 1 (default) probes every update. Training is unchanged: the probe only reads.
-    #[serde(skip_serializing_if = "every_step")]
-    pub probe_every: usize,
-    /// With `measure_kl_ref` and an objective without a KL term: the reference forward, and the
-    /// `kl_ref` metric, on steps 0, k, 2k, … only (null on the others). 1 (default) measures
-    /// every step; an objective with a KL term needs the reference every step.
-    #[serde(skip_serializing_if = "every_step")]
-    pub kl_ref_every: usize,
+/// Declares [`RlConfig`] and its defaults with one field per registered stability fix
+/// ([`super::fixes`]), `None` (off) by default, between `advantage` and `replay_threshold`,
+/// and [`RlConfig::fixes`], the fixes it turns on.
+macro_rules! rl_config {
+    ($($key:ident: $fix:ident,)*) => {
+        /// Everything one RL cell needs besides the model and the task.
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields, default)]
+        pub struct RlConfig {
+            pub algorithm: Algorithm,
+            pub routing: RoutingMode,
+            /// Prompts per rollout batch (B).
+            pub batch_prompts: usize,
+            /// Responses per prompt (G).
+            pub group_size: usize,
+            /// Minibatches (optimizer steps) per rollout batch (N); must divide B.
+            pub minibatches: usize,
+            /// Prompts per minibatch. When set, it fixes the minibatch and N sets the batch:
+            /// `batch_prompts = minibatches × minibatch_prompts` (the N sweeps of arXiv 2512.01374).
+            /// Unset (default), `batch_prompts` is fixed and N splits it. In a spec, whichever of the
+            /// two a later level sets wins; in code, [`RlConfig::with_sizes`] overwrites
+            /// `batch_prompts` (a spec's cells are resolved with it; the trainer takes resolved
+            /// settings and refuses a batch that disagrees).
+            pub minibatch_prompts: Option<usize>,
+            /// Where π_old comes from (see [`OldLogp`]).
+            pub old_logp: OldLogp,
+            /// Asynchronous staleness k: the rollout batch of step s is sampled by the policy at the
+            /// start of step s − k (the cold start for the first k steps); 0 = on-policy sampling.
+            /// Keeps the policies of the last k + 1 step starts (none at k = 0).
+            pub rollout_staleness: usize,
+            /// Micro-batches per minibatch (at most; the largest divisor of the prompt groups per
+            /// minibatch not above it is used). Each micro-batch of whole prompt groups runs its own
+            /// forward, loss and backward; their losses are weighted so they sum to the minibatch loss,
+            /// their gradients are summed and the minibatch still takes one AdamW step. The π_old
+            /// recompute, the reference and the drift probe use the same micro-batches, and the rollout
+            /// engine has its own `rollout_shards`. Micro-batches run in parallel when the thread pool
+            /// has more than one thread; the numbers do not depend on the thread count. The
+            /// load-balancing loss keeps the whole minibatch's routed-slot fractions (see
+            /// [`super::micro`]).
+            pub micro_batches: usize,
+            /// The rollout engine generates its B·G rows in this many contiguous shards, each with its
+            /// own KV cache, in parallel when the thread pool has more than one thread. Tokens are
+            /// sampled in row order from one random stream either way.
+            pub rollout_shards: usize,
+            pub temperature: f32,
+            pub mismatch: Mismatch,
+            pub advantage: AdvantageMode,
+            $(
+                #[doc = concat!("The `", stringify!($key), "` stability fix ([`", stringify!($fix), "`](super::fixes::", stringify!($fix), "), ")]
+                #[doc = concat!("`src/rl/fixes/", stringify!($key), ".rs`); off when unset.")]
+                #[serde(skip_serializing_if = "super::fixes::unwritten")]
+                pub $key: Option<super::fixes::$fix>,
+            )*
+            /// Threshold-filtered Routing Replay (r2 and r3 only): see [`ReplayThresholdConfig`].
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pub replay_threshold: Option<ReplayThresholdConfig>,
+            /// Predictive Routing Replay (r2 only): see [`Pr2Config`].
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pub pr2: Option<Pr2Config>,
+            /// RSPO's router-shift weighting of the token ratios (see [`super::router_shift`]); off
+            /// when unset. Applies to every objective with an importance ratio (not gvpo).
+            pub router_shift: Option<RouterShiftConfig>,
+            pub optimizer: AdamWConfig,
+            pub lr_schedule: LrSchedule,
+            /// Total RL steps (for the schedule).
+            pub total_steps: usize,
+            /// Load-balancing loss coefficient.
+            pub aux_coef: f64,
+            /// Router z-loss coefficient.
+            pub z_coef: f64,
+            pub drift_injection: Option<DriftInjection>,
+            /// Compute log-probs of the frozen cold-start model every step for the `kl_ref` metric (one
+            /// extra no-graph forward per minibatch); always on when the objective has a KL term.
+            pub measure_kl_ref: bool,
+            /// Run the drift probe (and the bias-only probe) on steps 0, k, 2k, … only: the drift
+            /// columns of the other steps' updates are null and they write no per-layer rows. A
+            /// declared saving of measurement work (the probe is one no-graph forward per minibatch);
+            /// 1 (default) probes every update. Training is unchanged: the probe only reads.
+            #[serde(skip_serializing_if = "every_step")]
+            pub probe_every: usize,
+            /// With `measure_kl_ref` and an objective without a KL term: the reference forward, and the
+            /// `kl_ref` metric, on steps 0, k, 2k, … only (null on the others). 1 (default) measures
+            /// every step; an objective with a KL term needs the reference every step.
+            #[serde(skip_serializing_if = "every_step")]
+            pub kl_ref_every: usize,
+        }
+
+        impl Default for RlConfig {
+            fn default() -> Self {
+                RlConfig {
+                    algorithm: Algorithm::Grpo(GrpoConfig::default()),
+                    routing: RoutingMode::Native,
+                    batch_prompts: 16,
+                    group_size: 8,
+                    minibatches: 4,
+                    minibatch_prompts: None,
+                    old_logp: OldLogp::Recompute,
+                    rollout_staleness: 0,
+                    micro_batches: 2,
+                    rollout_shards: 2,
+                    temperature: 1.0,
+                    mismatch: Mismatch::None,
+                    advantage: AdvantageMode::MeanStd,
+                    $($key: None,)*
+                    replay_threshold: None,
+                    pr2: None,
+                    router_shift: None,
+                    optimizer: AdamWConfig::default(),
+                    lr_schedule: LrSchedule::Constant,
+                    total_steps: 100,
+                    aux_coef: 1e-3,
+                    z_coef: 0.0,
+                    drift_injection: None,
+                    measure_kl_ref: true,
+                    probe_every: 1,
+                    kl_ref_every: 1,
+                }
+            }
+        }
+
+        impl RlConfig {
+            /// The stability fixes this config turns on, by registry position.
+            pub fn fixes(&self) -> [Option<&dyn On>; super::fixes::COUNT] {
+                [$(self.$key.as_ref().map(|f| f as &dyn On)),*]
+            }
+
+            /// Turn on the stability fix `key` with `settings`, its `[rl]` table (`{}` for its
+            /// defaults), read with the same checks as in a spec.
+            pub fn set_fix(&mut self, key: &str, settings: serde_json::Value) -> Result<()> {
+                $(if key == stringify!($key) {
+                    self.$key = Some(
+                        serde_json::from_value(settings).with_context(|| format!("rl.{key}"))?,
+                    );
+                    return Ok(());
+                })*
+                bail!(
+                    "no stability fix is called '{key}' (the fixes: {})",
+                    super::fixes::KEYS.join(", ")
+                )
+            }
+        }
+    };
 }
+super::fixes::stability_fixes!(rl_config);
 
 /// A measurement on every step (the default of `probe_every` and `kl_ref_every`), left out
 /// of a written config so configs from before these keys read the same.
 fn every_step(k: &usize) -> bool {
     *k == 1
-}
-
-impl Default for RlConfig {
-    fn default() -> Self {
-        RlConfig {
-            algorithm: Algorithm::Grpo(GrpoConfig::default()),
-            routing: RoutingMode::Native,
-            batch_prompts: 16,
-            group_size: 8,
-            minibatches: 4,
-            minibatch_prompts: None,
-            old_logp: OldLogp::Recompute,
-            rollout_staleness: 0,
-            micro_batches: 2,
-            rollout_shards: 2,
-            temperature: 1.0,
-            mismatch: Mismatch::None,
-            advantage: AdvantageMode::MeanStd,
-            tis: None,
-            icepop: None,
-            mis: None,
-            opsm: None,
-            replay_threshold: None,
-            pr2: None,
-            router_shift: None,
-            optimizer: AdamWConfig::default(),
-            lr_schedule: LrSchedule::Constant,
-            total_steps: 100,
-            aux_coef: 1e-3,
-            z_coef: 0.0,
-            drift_injection: None,
-            measure_kl_ref: true,
-            probe_every: 1,
-            kl_ref_every: 1,
-        }
-    }
 }
 
 impl RlConfig {
@@ -297,16 +305,10 @@ impl RlConfig {
         self
     }
 
-    /// The masking corrections' and the replay filter's checks.
-    fn validate_corrections(&self) -> Result<()> {
-        if let Some(c) = &self.icepop {
-            c.validate()?;
-        }
-        if let Some(c) = &self.mis {
-            c.validate()?;
-        }
-        if let Some(c) = &self.opsm {
-            c.validate()?;
+    /// The stability fixes' and the replay variants' checks.
+    fn validate_fixes_and_replay(&self) -> Result<()> {
+        for fix in self.fixes().into_iter().flatten() {
+            fix.validate()?;
         }
         if let Some(t) = &self.replay_threshold {
             ensure!(
@@ -401,10 +403,7 @@ impl RlConfig {
                 "router_shift rescales importance ratios, and gvpo has none; use it with grpo, gspo, gspo_token, gmpo or cispo"
             );
         }
-        self.validate_corrections()?;
-        if let Some(t) = &self.tis {
-            ensure!(t.cap > 0.0, "tis.cap must be > 0");
-        }
+        self.validate_fixes_and_replay()?;
         match self.drift_injection {
             Some(DriftInjection::Sigma { sigma }) => ensure!(
                 sigma >= 0.0 && sigma.is_finite(),

@@ -141,7 +141,6 @@ impl LossStats {
         let mut kl: Option<f32> = None;
         let mut tis: Option<Vec<f32>> = None;
         let mut shift: Option<Vec<f32>> = None;
-        let mut masks: [Option<Vec<bool>>; 3] = [None, None, None];
         let mut all_masked = !parts.is_empty();
         let mut replay: Option<(usize, usize)> = None;
         for (p, w) in parts {
@@ -150,14 +149,7 @@ impl LossStats {
                 let e = replay.get_or_insert((0, 0));
                 (e.0, e.1) = (e.0 + n, e.1 + r);
             }
-            for (acc, m) in masks
-                .iter_mut()
-                .zip([p.icepop_masked, p.mis_masked, p.opsm_masked])
-            {
-                if let Some(m) = m {
-                    acc.get_or_insert_with(Vec::new).extend(m);
-                }
-            }
+            out.masked.extend(p.masked);
             out.loss_policy += w * p.loss_policy;
             out.logp.extend(p.logp);
             out.ratio_tok.extend(p.ratio_tok);
@@ -178,8 +170,6 @@ impl LossStats {
         out.kl_ref = kl;
         out.tis_weight = tis;
         out.router_shift = shift;
-        let [icepop, mis, opsm] = masks;
-        (out.icepop_masked, out.mis_masked, out.opsm_masked) = (icepop, mis, opsm);
         out.all_masked = all_masked;
         out.replay_filter = replay;
         out

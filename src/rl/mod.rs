@@ -6,6 +6,7 @@ pub mod config;
 pub mod correct;
 pub mod drift;
 pub mod fix_settings;
+pub mod fixes;
 pub mod loss;
 pub mod micro;
 mod old;

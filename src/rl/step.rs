@@ -296,7 +296,7 @@ impl Trainer {
             logp_tis,
             logp_mu: b.logp_mu[mc.tokens.clone()].to_vec(),
             logp_ref: old.passes[i].logp_ref.clone(),
-            corr: None,
+            fixes: Default::default(),
             adv: adv[mc.rows.clone()].to_vec(),
             rewards: b.ro.rewards[mc.rows.clone()].to_vec(),
             seg: mc.seg.clone(),

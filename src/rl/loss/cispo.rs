@@ -15,18 +15,14 @@
 //! token's term by the detached `min(exp(logp_old − logp_mu), C)`, as for GRPO.
 
 use super::contract::{LossStats, PolicyBatch};
-use crate::rl::config::{CispoConfig, TisConfig};
+use crate::rl::config::CispoConfig;
 use burn::tensor::Tensor;
 
-pub fn loss(
-    c: &CispoConfig,
-    batch: &PolicyBatch,
-    tis: Option<&TisConfig>,
-) -> (Tensor<1>, LossStats) {
+pub fn loss(c: &CispoConfig, batch: &PolicyBatch) -> (Tensor<1>, LossStats) {
     let logp = batch.logp_host();
     let (ratio_tok, ratio_seq) = batch.ratios(&logp);
     let (lo, hi) = ((1.0 - c.eps_low) as f32, (1.0 + c.eps_high) as f32);
-    let tis_weight = batch.tok_weight(tis);
+    let tis_weight = batch.tok_weight();
     let n = batch.n_tok() as f32;
     let coef: Vec<f32> = ratio_tok
         .iter()

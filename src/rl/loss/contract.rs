@@ -2,6 +2,7 @@
 //! returns, and PPO's clipping test.
 
 use crate::rl::config::Aggregation;
+use crate::rl::fixes::{self, Masked, Weights};
 use crate::util::tensors::{floats, ints, to_vec};
 use burn::tensor::{Device, Tensor};
 
@@ -22,9 +23,9 @@ pub struct PolicyBatch {
     pub logp_mu: Vec<f32>,
     /// Frozen reference model, `[n_tok]`, when a KL term needs it.
     pub logp_ref: Option<Vec<f32>>,
-    /// The masking corrections' detached weight of each token (IcePop, MIS, OPSM; see
-    /// [`crate::rl::correct`]), `[n_tok]`; `None` when they are off.
-    pub corr: Option<Vec<f32>>,
+    /// The stability fixes' detached weights (see [`crate::rl::fixes`]); none when every fix
+    /// is off.
+    pub fixes: Weights,
     /// Advantage of each response, `[R]`.
     pub adv: Vec<f32>,
     /// Raw reward of each response, `[R]`.
@@ -55,14 +56,11 @@ pub struct LossStats {
     pub clip_seq: Vec<bool>,
     /// Mean k3 KL to the reference, when computed.
     pub kl_ref: Option<f32>,
-    /// TIS and correction weights applied, `[n_tok]` (token-level) or `[R]` (sequence-level
+    /// The stability fixes' weights applied, `[n_tok]` (token-level) or `[R]` (sequence-level
     /// objectives).
     pub tis_weight: Option<Vec<f32>>,
-    /// What the masking corrections masked (see [`crate::rl::correct::Corrected`]): tokens for
-    /// IcePop and MIS, `[n_tok]`, responses for OPSM, `[R]`.
-    pub icepop_masked: Option<Vec<bool>>,
-    pub mis_masked: Option<Vec<bool>>,
-    pub opsm_masked: Option<Vec<bool>>,
+    /// What each stability fix masked (see [`crate::rl::fixes::Masked`]).
+    pub masked: Masked,
     /// Every token's correction weight is 0 (the update is skipped).
     pub all_masked: bool,
     /// With `replay_threshold`: (replayed slots, slots the filter replaced) over the MoE
@@ -140,49 +138,45 @@ impl PolicyBatch {
             .collect();
         (tok, seq)
     }
-    /// Token-level TIS weights `min(exp(logp_tis − logp_mu), cap)`.
-    pub fn tis_tok(&self, cap: f64) -> Vec<f32> {
-        self.logp_tis
-            .iter()
-            .zip(&self.logp_mu)
-            .map(|(o, m)| (o - m).exp().min(cap as f32))
-            .collect()
-    }
-    /// Sequence-level TIS weights `min(exp(mean_t (logp_tis − logp_mu)), cap)`: length
-    /// normalised like the sequence ratio of GSPO, used by the sequence-level objectives.
-    pub fn tis_seq(&self, cap: f64) -> Vec<f32> {
-        let mut sum = vec![0f64; self.n_resp()];
-        for (t, (o, m)) in self.logp_tis.iter().zip(&self.logp_mu).enumerate() {
-            sum[self.seg[t]] += f64::from(o - m);
-        }
-        sum.iter()
-            .zip(&self.lens)
-            .map(|(s, &l)| ((s / l as f64).exp().min(cap)) as f32)
-            .collect()
+    /// What the stability fixes read of this batch.
+    pub fn fix_batch(&self) -> fixes::Batch<'_> {
+        fixes::Batch::new(
+            &self.logp_tis,
+            &self.logp_mu,
+            &self.adv,
+            &self.seg,
+            &self.lens,
+            Box::new(move || self.logp_host()),
+        )
     }
 }
 
 impl PolicyBatch {
-    /// The detached per-token weights of a token-level objective: TIS's token weights times the
-    /// corrections' (`None` when neither is on).
-    pub fn tok_weight(&self, tis: Option<&crate::rl::config::TisConfig>) -> Option<Vec<f32>> {
-        let t = tis.map(|t| self.tis_tok(t.cap));
-        combine(t, self.corr.clone())
+    /// The detached per-token weights of a token-level objective: the fixes' per-token
+    /// importance weight times their mask (`None` when every fix is off).
+    pub fn tok_weight(&self) -> Option<Vec<f32>> {
+        let t = self.fixes.ratio.as_ref().map(|r| r.tok.clone());
+        combine(t, self.fixes.mask.clone())
     }
 
-    /// Per-response weights `seq` (e.g. sequence-level TIS) given to each of the response's
-    /// tokens, times the corrections' per-token weights (`None` when neither is on).
+    /// The fixes' per-response importance weight (`None` when none is on).
+    pub fn ratio_seq_weight(&self) -> Option<Vec<f32>> {
+        self.fixes.ratio.as_ref().map(|r| r.seq.clone())
+    }
+
+    /// Per-response weights `seq` (e.g. [`Self::ratio_seq_weight`]) given to each of the
+    /// response's tokens, times the fixes' mask (`None` when neither is on).
     pub fn tok_weight_of_seq(&self, seq: Option<&[f32]>) -> Option<Vec<f32>> {
         let t = seq.map(|w| self.seg.iter().map(|&i| w[i]).collect());
-        combine(t, self.corr.clone())
+        combine(t, self.fixes.mask.clone())
     }
 
-    /// The detached per-response weights of a sequence-level objective: TIS's sequence weights
-    /// times the token mean of the corrections' weights over the response (what broadcasting
-    /// the response's loss to its tokens and averaging them gives).
-    pub fn seq_weight(&self, tis: Option<&crate::rl::config::TisConfig>) -> Option<Vec<f32>> {
-        let t = tis.map(|t| self.tis_seq(t.cap));
-        let c = self.corr.as_ref().map(|c| {
+    /// The detached per-response weights of a sequence-level objective: the fixes'
+    /// per-response importance weight times the token mean of their mask over the response
+    /// (what broadcasting the response's loss to its tokens and averaging them gives).
+    pub fn seq_weight(&self) -> Option<Vec<f32>> {
+        let t = self.ratio_seq_weight();
+        let c = self.fixes.mask.as_ref().map(|c| {
             let mut s = vec![0f32; self.n_resp()];
             for (t, &w) in c.iter().enumerate() {
                 s[self.seg[t]] += w;

@@ -13,14 +13,10 @@
 //! one length-normalised weight per response, as for GSPO.
 
 use super::contract::{LossStats, PolicyBatch};
-use crate::rl::config::{GmpoConfig, TisConfig};
+use crate::rl::config::GmpoConfig;
 use burn::tensor::Tensor;
 
-pub fn loss(
-    c: &GmpoConfig,
-    batch: &PolicyBatch,
-    tis: Option<&TisConfig>,
-) -> (Tensor<1>, LossStats) {
+pub fn loss(c: &GmpoConfig, batch: &PolicyBatch) -> (Tensor<1>, LossStats) {
     let sign = |a: f32| if a < 0.0 { -1.0f32 } else { 1.0 };
     let sgn = batch.constant(batch.seg.iter().map(|&i| sign(batch.adv[i])).collect());
     let delta = batch.logp.clone() - batch.constant(batch.logp_old.clone());
@@ -29,7 +25,7 @@ pub fn loss(
     let lens = batch.constant(batch.lens.iter().map(|&l| l as f32).collect());
     let rho = (batch.seq_sum(c_tok) / lens).exp();
     let mut per_seq = -(rho * batch.constant(batch.adv.clone()));
-    let tis_weight = batch.seq_weight(tis);
+    let tis_weight = batch.seq_weight();
     if let Some(tw) = &tis_weight {
         per_seq = per_seq * batch.constant(tw.clone());
     }

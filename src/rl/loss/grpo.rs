@@ -7,7 +7,7 @@
 //! Optional TIS multiplies each token's loss by the detached `min(exp(logp_old − logp_mu), C)`.
 
 use super::contract::{LossStats, PolicyBatch, clipped};
-use crate::rl::config::{Aggregation, GrpoConfig, TisConfig};
+use crate::rl::config::{Aggregation, GrpoConfig};
 use burn::tensor::Tensor;
 
 /// GRPO's clipped per-token surrogate `Σ_t c_t·ℓ_t` for any per-token ratio tensor `w` (GSPO-token
@@ -30,14 +30,10 @@ pub fn clipped_surrogate(
     (per_tok * batch.agg_weights(agg)).sum()
 }
 
-pub fn loss(
-    c: &GrpoConfig,
-    batch: &PolicyBatch,
-    tis: Option<&TisConfig>,
-) -> (Tensor<1>, LossStats) {
+pub fn loss(c: &GrpoConfig, batch: &PolicyBatch) -> (Tensor<1>, LossStats) {
     let logp_old = batch.constant(batch.logp_old.clone());
     let w = (batch.logp.clone() - logp_old).exp();
-    let tis_weight = batch.tok_weight(tis);
+    let tis_weight = batch.tok_weight();
     let mut loss = clipped_surrogate(
         w,
         batch,

@@ -13,7 +13,7 @@
 
 use super::contract::{LossStats, PolicyBatch, clipped};
 use super::grpo;
-use crate::rl::config::{Aggregation, GspoConfig, TisConfig};
+use crate::rl::config::{Aggregation, GspoConfig};
 use burn::tensor::Tensor;
 
 /// `log s_i` per response, `[R]`, with graph.
@@ -52,17 +52,13 @@ fn stats(
     }
 }
 
-pub fn loss(
-    c: &GspoConfig,
-    batch: &PolicyBatch,
-    tis: Option<&TisConfig>,
-) -> (Tensor<1>, LossStats) {
+pub fn loss(c: &GspoConfig, batch: &PolicyBatch) -> (Tensor<1>, LossStats) {
     let s = log_seq_ratio(batch).exp();
     let adv = batch.constant(batch.adv.clone());
     let unclipped = s.clone() * adv.clone();
     let clip = s.clamp(1.0 - c.eps_low, 1.0 + c.eps_high) * adv;
     let mut per_seq = -unclipped.min_pair(clip);
-    let tis_weight = batch.seq_weight(tis);
+    let tis_weight = batch.seq_weight();
     if let Some(tw) = &tis_weight {
         per_seq = per_seq * batch.constant(tw.clone());
     }
@@ -71,18 +67,14 @@ pub fn loss(
     (loss, st)
 }
 
-pub fn token_loss(
-    c: &GspoConfig,
-    batch: &PolicyBatch,
-    tis: Option<&TisConfig>,
-) -> (Tensor<1>, LossStats) {
+pub fn token_loss(c: &GspoConfig, batch: &PolicyBatch) -> (Tensor<1>, LossStats) {
     let d = batch.device();
     let log_s_tok = log_seq_ratio(batch).detach().select(
         0,
         crate::util::tensors::ints(&batch.seg, [batch.n_tok()], &d),
     );
     let w = (log_s_tok + batch.logp.clone() - batch.logp.clone().detach()).exp();
-    let tis_weight = tis.map(|t| batch.tis_seq(t.cap));
+    let tis_weight = batch.ratio_seq_weight();
     let tis_tok = batch.tok_weight_of_seq(tis_weight.as_deref());
     let loss = grpo::clipped_surrogate(
         w,

@@ -9,14 +9,10 @@
 //! `min(exp(mean_t (logp_old − logp_mu)), C)`.
 
 use super::contract::{LossStats, PolicyBatch};
-use crate::rl::config::{GvpoConfig, TisConfig};
+use crate::rl::config::GvpoConfig;
 use burn::tensor::Tensor;
 
-pub fn loss(
-    c: &GvpoConfig,
-    batch: &PolicyBatch,
-    tis: Option<&TisConfig>,
-) -> (Tensor<1>, LossStats) {
+pub fn loss(c: &GvpoConfig, batch: &PolicyBatch) -> (Tensor<1>, LossStats) {
     let g = batch.group_size;
     let n_groups = batch.n_resp() / g;
     let delta = batch
@@ -33,7 +29,7 @@ pub fn loss(
         .collect();
     let rc = crate::util::tensors::floats(rc, [n_groups, g], &batch.device());
     let mut sq = (delta_c * c.beta as f32 - rc).powi_scalar(2);
-    let tis_weight = batch.seq_weight(tis);
+    let tis_weight = batch.seq_weight();
     if let Some(tw) = &tis_weight {
         sq = sq * crate::util::tensors::floats(tw.clone(), [n_groups, g], &batch.device());
     }

@@ -9,22 +9,18 @@ pub mod gvpo;
 
 pub use contract::{LossStats, PolicyBatch};
 
-use super::config::{Aggregation, Algorithm, TisConfig};
+use super::config::{Aggregation, Algorithm};
 use burn::tensor::Tensor;
 
 /// The objective's loss (a `[1]` tensor with graph) and its statistics.
-pub fn policy_loss(
-    alg: &Algorithm,
-    batch: &PolicyBatch,
-    tis: Option<&TisConfig>,
-) -> (Tensor<1>, LossStats) {
+pub fn policy_loss(alg: &Algorithm, batch: &PolicyBatch) -> (Tensor<1>, LossStats) {
     match alg {
-        Algorithm::Grpo(c) => grpo::loss(c, batch, tis),
-        Algorithm::Gspo(c) => gspo::loss(c, batch, tis),
-        Algorithm::GspoToken(c) => gspo::token_loss(c, batch, tis),
-        Algorithm::Gvpo(c) => gvpo::loss(c, batch, tis),
-        Algorithm::Cispo(c) => cispo::loss(c, batch, tis),
-        Algorithm::Gmpo(c) => gmpo::loss(c, batch, tis),
+        Algorithm::Grpo(c) => grpo::loss(c, batch),
+        Algorithm::Gspo(c) => gspo::loss(c, batch),
+        Algorithm::GspoToken(c) => gspo::token_loss(c, batch),
+        Algorithm::Gvpo(c) => gvpo::loss(c, batch),
+        Algorithm::Cispo(c) => cispo::loss(c, batch),
+        Algorithm::Gmpo(c) => gmpo::loss(c, batch),
     }
 }
 
