@@ -8,6 +8,7 @@ use crate::rl::{
     Pr2Config, ReplayThresholdConfig, RlConfig, RouterShiftConfig, RoutingMode, Trainer,
 };
 use crate::task::{Task, TaskConfig, Tokenizer};
+use crate::util::moments::mean;
 use anyhow::Result;
 use burn::tensor::Device;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -235,8 +236,8 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
             bar.inc(1);
         }
         bar.finish_and_clear();
-        let early = rewards[..10].iter().sum::<f64>() / 10.0;
-        let late = rewards[rewards.len() - 25..].iter().sum::<f64>() / 25.0;
+        let early = mean(&rewards[..10]);
+        let late = mean(&rewards[rewards.len() - 25..]);
         secs.sort_by(f64::total_cmp);
         println!(
             "{what} seed {seed}: cold start {:.3} sampled; reward first 10 steps {early:.3}, last 25 steps {late:.3} ({}); median step {:.3}s{}",
@@ -252,7 +253,6 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
         early_all.push(early);
         late_all.push(late);
     }
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     println!(
         "{what}: mean over {} seeds: first 10 {:.3}, last 25 {:.3}",
         a.seeds.len(),
