@@ -9,9 +9,9 @@ use crate::rl::{
 };
 use crate::task::{Task, TaskConfig, Tokenizer};
 use crate::util::moments::mean;
+use crate::util::progress::Progress;
 use anyhow::Result;
 use burn::tensor::Device;
-use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -200,6 +200,7 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
         a.steps >= 35,
         "--steps must be at least 35 (first 10 vs last 25)"
     );
+    let progress = Progress::auto();
     let mut early_all = Vec::new();
     let mut late_all = Vec::new();
     for &seed in &a.seeds {
@@ -211,16 +212,15 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
             seed,
             device,
             &a.cache_dir,
-            &crate::util::progress::Progress::auto(),
+            &progress,
         )?;
         let mut t = Trainer::new(rl_config(a), cs.model, task, seed)?;
         t.probe = false;
-        let bar = ProgressBar::new(a.steps as u64);
-        bar.set_style(
-            ProgressStyle::with_template(
-                "seed {prefix} {bar:30} {pos}/{len} {msg} [{elapsed}<{eta}]",
-            )
-            .expect("template"),
+        let bar = progress.stage(
+            format!("learn {what} seed {seed}"),
+            a.steps as u64,
+            "steps",
+            "seed {prefix} {bar:30} {pos}/{len} {msg} [{elapsed}<{eta}]",
         );
         bar.set_prefix(seed.to_string());
         let mut rewards = Vec::new();
@@ -232,10 +232,9 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
             let r = o.rewards.iter().sum::<f32>() / o.rewards.len() as f32;
             rewards.push(f64::from(r));
             secs.push(o.t_rollout + o.t_update + o.t_probe);
-            bar.set_message(format!("reward {r:.3}"));
-            bar.inc(1);
+            bar.inc(1, Some(format!("reward {r:.3}")));
         }
-        bar.finish_and_clear();
+        bar.finish("done");
         let early = mean(&rewards[..10]);
         let late = mean(&rewards[rewards.len() - 25..]);
         secs.sort_by(f64::total_cmp);
