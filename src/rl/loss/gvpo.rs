@@ -32,7 +32,18 @@ pub fn loss(
         })
         .collect();
     let rc = crate::util::tensors::floats(rc, [n_groups, g], &batch.device());
-    let mut sq = (delta_c * c.beta as f32 - rc).powi_scalar(2);
+    squared_loss(delta_c * c.beta as f32 - rc, batch, tis)
+}
+
+/// GVPO's loss of the residuals `rho` `[groups, G]`: `Σ ρ² / (2(G−1))` per group, optionally
+/// TIS-weighted per response, averaged over groups; with its statistics (GVPD shares it).
+pub fn squared_loss(
+    rho: Tensor<2>,
+    batch: &PolicyBatch,
+    tis: Option<&TisConfig>,
+) -> (Tensor<1>, LossStats) {
+    let [n_groups, g] = rho.dims();
+    let mut sq = rho.powi_scalar(2);
     let tis_weight = batch.seq_weight(tis);
     if let Some(tw) = &tis_weight {
         sq = sq * crate::util::tensors::floats(tw.clone(), [n_groups, g], &batch.device());
