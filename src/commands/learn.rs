@@ -8,9 +8,10 @@ use crate::rl::{
     RouterShiftConfig, RoutingMode, Trainer,
 };
 use crate::task::{Task, TaskConfig, Tokenizer};
+use crate::util::moments::mean;
+use crate::util::progress::Progress;
 use anyhow::{Context, Result};
 use burn::tensor::Device;
-use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -190,6 +191,7 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
         a.steps >= 35,
         "--steps must be at least 35 (first 10 vs last 25)"
     );
+    let progress = Progress::auto();
     let mut early_all = Vec::new();
     let mut late_all = Vec::new();
     for &seed in &a.seeds {
@@ -201,16 +203,15 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
             seed,
             device,
             &a.cache_dir,
-            &crate::util::progress::Progress::auto(),
+            &progress,
         )?;
         let mut t = Trainer::new(rl_config(a)?, cs.model, task, seed)?;
         t.probe = false;
-        let bar = ProgressBar::new(a.steps as u64);
-        bar.set_style(
-            ProgressStyle::with_template(
-                "seed {prefix} {bar:30} {pos}/{len} {msg} [{elapsed}<{eta}]",
-            )
-            .expect("template"),
+        let bar = progress.stage(
+            format!("learn {what} seed {seed}"),
+            a.steps as u64,
+            "steps",
+            "seed {prefix} {bar:30} {pos}/{len} {msg} [{elapsed}<{eta}]",
         );
         bar.set_prefix(seed.to_string());
         let mut rewards = Vec::new();
@@ -222,12 +223,11 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
             let r = o.rewards.iter().sum::<f32>() / o.rewards.len() as f32;
             rewards.push(f64::from(r));
             secs.push(o.t_rollout + o.t_update + o.t_probe);
-            bar.set_message(format!("reward {r:.3}"));
-            bar.inc(1);
+            bar.inc(1, Some(format!("reward {r:.3}")));
         }
-        bar.finish_and_clear();
-        let early = rewards[..10].iter().sum::<f64>() / 10.0;
-        let late = rewards[rewards.len() - 25..].iter().sum::<f64>() / 25.0;
+        bar.finish("done");
+        let early = mean(&rewards[..10]);
+        let late = mean(&rewards[rewards.len() - 25..]);
         secs.sort_by(f64::total_cmp);
         println!(
             "{what} seed {seed}: cold start {:.3} sampled; reward first 10 steps {early:.3}, last 25 steps {late:.3} ({}); median step {:.3}s{}",
@@ -243,7 +243,6 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
         early_all.push(early);
         late_all.push(late);
     }
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     println!(
         "{what}: mean over {} seeds: first 10 {:.3}, last 25 {:.3}",
         a.seeds.len(),

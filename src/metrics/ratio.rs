@@ -1,13 +1,10 @@
 //! Importance-ratio statistics of one update (DESIGN §7).
 
-/// Mean and population variance.
+use crate::util::moments::{mean, population_var};
+
+/// Mean and population variance (NaN for an empty slice).
 pub fn mean_var(v: &[f64]) -> (f64, f64) {
-    if v.is_empty() {
-        return (f64::NAN, f64::NAN);
-    }
-    let n = v.len() as f64;
-    let m = v.iter().sum::<f64>() / n;
-    (m, v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / n)
+    (mean(v), population_var(v))
 }
 
 /// Effective sample size of weights: `(Σw)² / (n·Σw²)`; 1 for equal weights.

@@ -21,6 +21,20 @@ pub struct Col {
     pub name: &'static str,
     pub dtype: Dtype,
     pub doc: &'static str,
+    /// Whether `driftlab report` reads the column; `driftlab slim` drops those it does not
+    /// (optimizer losses, gradient norms, timings and the like), so a committed folder keeps
+    /// what its report needs.
+    pub report_reads: bool,
+}
+
+impl Col {
+    /// The column, marked as one no report reads.
+    const fn unread(self) -> Col {
+        Col {
+            report_reads: false,
+            ..self
+        }
+    }
 }
 
 const fn s(name: &'static str, doc: &'static str) -> Col {
@@ -28,6 +42,7 @@ const fn s(name: &'static str, doc: &'static str) -> Col {
         name,
         dtype: Dtype::Str,
         doc,
+        report_reads: true,
     }
 }
 const fn i(name: &'static str, doc: &'static str) -> Col {
@@ -35,6 +50,7 @@ const fn i(name: &'static str, doc: &'static str) -> Col {
         name,
         dtype: Dtype::Int,
         doc,
+        report_reads: true,
     }
 }
 const fn f(name: &'static str, doc: &'static str) -> Col {
@@ -42,6 +58,7 @@ const fn f(name: &'static str, doc: &'static str) -> Col {
         name,
         dtype: Dtype::Float,
         doc,
+        report_reads: true,
     }
 }
 
@@ -123,11 +140,13 @@ pub static STEPS: FrameSchema = FrameSchema {
         f(
             "entropy",
             "mean full-vocabulary entropy of π_old on the sampled positions",
-        ),
+        )
+        .unread(),
         f(
             "frac_zero_adv_groups",
             "share of prompt groups whose rewards are all equal",
-        ),
+        )
+        .unread(),
         f(
             "mismatch_kl_k3",
             "mean of ρ − 1 − ln ρ, ρ = exp(logp_old − logp_mu), logp_old the trainer's recompute: \
@@ -162,15 +181,18 @@ pub static STEPS: FrameSchema = FrameSchema {
         f(
             "load_max_violation",
             "max over layers of max_e load_e / uniform − 1 (null for dense)",
-        ),
+        )
+        .unread(),
         i(
             "dead_experts",
             "experts with less than 1% of the uniform load, summed over layers",
-        ),
+        )
+        .unread(),
         i(
             "staleness",
             "steps between the sampling policy and the current one: min(step, rollout_staleness)",
-        ),
+        )
+        .unread(),
         f("t_rollout", "seconds in the rollout engine"),
         f("t_update", "seconds in π_old recompute and updates"),
         f("t_probe", "seconds in the drift probe"),
@@ -217,11 +239,11 @@ const UPDATES_HEAD: &[Col] = &[
     f(
         "ratio_tok_mean",
         "mean of the token ratios w = exp(logp − logp_old) before the step",
-    ),
+    ).unread(),
     f("ratio_tok_var", "variance of the token ratios"),
     f("ratio_tok_max", "largest token ratio"),
-    f("ratio_tok_min", "smallest token ratio"),
-    f("logratio_tok_var", "variance of log w"),
+    f("ratio_tok_min", "smallest token ratio").unread(),
+    f("logratio_tok_var", "variance of log w").unread(),
     f(
         "ratio_seq_var",
         "variance of the sequence ratios s_i (GSPO's length-normalised ratio)",
@@ -229,42 +251,42 @@ const UPDATES_HEAD: &[Col] = &[
     f(
         "logratio_within_seq_var",
         "mean over responses of the variance of log w within the response",
-    ),
-    f("ess", "effective sample size (Σw)²/(n·Σw²)"),
+    ).unread(),
+    f("ess", "effective sample size (Σw)²/(n·Σw²)").unread(),
     f(
         "clip_frac_tok",
         "share of clipped tokens (a clipped GSPO response counts all its tokens)",
     ),
-    f("clip_frac_low", "share of tokens clipped at 1 − ε_low"),
-    f("clip_frac_high", "share of tokens clipped at 1 + ε_high"),
+    f("clip_frac_low", "share of tokens clipped at 1 − ε_low").unread(),
+    f("clip_frac_high", "share of tokens clipped at 1 + ε_high").unread(),
     f(
         "clip_frac_seq",
         "share of responses with any clipped token (clipped as a whole for GSPO)",
-    ),
-    f("kl_old", "mean(logp_old − logp) (k1)"),
+    ).unread(),
+    f("kl_old", "mean(logp_old − logp) (k1)").unread(),
     f(
         "kl_ref",
         "k3 KL to the cold-start reference (null when not measured)",
-    ),
-    f("grad_norm", "global gradient norm before clipping"),
-    f("loss_policy", "policy loss (incl. its KL term)"),
-    f("loss_aux", "load-balancing loss"),
-    f("loss_total", "weighted total loss"),
+    ).unread(),
+    f("grad_norm", "global gradient norm before clipping").unread(),
+    f("loss_policy", "policy loss (incl. its KL term)").unread(),
+    f("loss_aux", "load-balancing loss").unread(),
+    f("loss_total", "weighted total loss").unread(),
     i(
         "applied",
         "1 when the optimizer step was taken, 0 when skipped (non-finite, or every token masked by the corrections)",
-    ),
+    ).unread(),
     f("lr", "learning rate of the step"),
     f("resp_len_mean", "mean response length of the minibatch"),
     i("n_tokens", "response tokens of the minibatch"),
     f(
         "router_shift_mean",
         "mean router-shift weight γ̃ over the minibatch's tokens (null when off)",
-    ),
+    ).unread(),
     f(
         "router_shift_floored",
         "share of tokens whose γ̃ sits at the floor (null when off)",
-    ),
+    ).unread(),
 ];
 
 /// The stability fixes' logged shares, one column per fix that masks, in registry order
@@ -294,7 +316,7 @@ const UPDATES_TAIL: &[Col] = &[
     f(
         "drift_flips_per_token",
         "mean number of layers whose expert set changed, per token",
-    ),
+    ).unread(),
     f(
         "drift_router_frac",
         "share of (token, layer) routers whose expert set changed in the update: drift_flips_per_token / layers",
@@ -304,7 +326,7 @@ const UPDATES_TAIL: &[Col] = &[
         "r2/r3: share of the expert slots the update forward replayed that are not in the live router's top-k (null for native routing)",
     ),
     DRIFT_SINCE_ROLLOUT,
-    ROUTER_JS,
+    ROUTER_JS.unread(),
     ROUTER_TOPK_MASS,
     ROUTER_TOPK_GAP,
     ROUTER_NEAR_TIE,
@@ -312,9 +334,9 @@ const UPDATES_TAIL: &[Col] = &[
         "drift_bias_expert_frac",
         "sigmoid_bias router: share of activated expert slots the bias update alone changed \
          (pre-step weights with the new bias vs the update forward); null otherwise",
-    ),
-    f("t_update", "seconds in the update"),
-    f("t_probe", "seconds in the drift probe"),
+    ).unread(),
+    f("t_update", "seconds in the update").unread(),
+    f("t_probe", "seconds in the drift probe").unread(),
 ];
 
 const UPDATES_METRICS: [Col; UPDATES_HEAD.len() + FIX_SHARES.len() + UPDATES_TAIL.len()] =
@@ -349,24 +371,27 @@ pub static LAYERS: FrameSchema = FrameSchema {
     keys: &[MINIBATCH, i("layer", "MoE layer index, from 0")],
     metrics: &[
         DRIFT_EXPERT_FRAC,
-        DRIFT_TOKEN_FRAC,
+        DRIFT_TOKEN_FRAC.unread(),
         DRIFT_SINCE_ROLLOUT,
-        ROUTER_JS,
+        ROUTER_JS.unread(),
         f(
             "router_entropy",
             "mean entropy of the router distribution before the step",
-        ),
+        )
+        .unread(),
         ROUTER_TOPK_MASS,
         ROUTER_TOPK_GAP,
         ROUTER_NEAR_TIE,
         f(
             "load_max_violation",
             "max_e load_e / uniform − 1 of the update forward's routes",
-        ),
+        )
+        .unread(),
         i(
             "dead_experts",
             "experts with less than 1% of the uniform load",
-        ),
+        )
+        .unread(),
     ],
 };
 

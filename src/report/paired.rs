@@ -7,6 +7,7 @@
 
 use super::stats::{MeanCi, mean_ci};
 pub use super::stats::{t_crit, z_quantile};
+use crate::util::moments::sample_sd;
 use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand_distr::{Distribution, Uniform};
@@ -41,15 +42,6 @@ pub struct Paired {
     pub p: f64,
 }
 
-fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len() as f64
-}
-
-fn sd(v: &[f64]) -> f64 {
-    let m = mean(v);
-    (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() as f64 - 1.0)).sqrt()
-}
-
 /// The paired comparison of `b` against `a` (index i of each is seed i); pairs where either
 /// side is not finite (or, on the log scale, not positive) are left out. `None` without a pair.
 pub fn paired(a: &[f64], b: &[f64], scale: Scale) -> Option<Paired> {
@@ -71,7 +63,7 @@ pub fn paired(a: &[f64], b: &[f64], scale: Scale) -> Option<Paired> {
         ci95: half,
         ..
     } = mean_ci(&diffs);
-    let s = if n >= 2 { sd(&diffs) } else { f64::NAN };
+    let s = sample_sd(&diffs);
     Some(Paired {
         scale,
         n,

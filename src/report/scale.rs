@@ -4,6 +4,7 @@
 //! configurations, checked on held-out ones and carried to the GSPO paper's model.
 
 use crate::metrics::frames::{f64_col, i64_col, str_col};
+use crate::util::moments::mean;
 use anyhow::Result;
 use polars::prelude::DataFrame;
 use std::collections::BTreeMap;
@@ -174,9 +175,7 @@ pub fn holdout_error(p: &Points, fits: &BTreeMap<i64, [f64; P]>) -> BTreeMap<i64
             }
         }
     }
-    acc.into_iter()
-        .map(|(s, e)| (s, e.iter().sum::<f64>() / e.len() as f64))
-        .collect()
+    acc.into_iter().map(|(s, e)| (s, mean(&e))).collect()
 }
 
 /// The share of tokens with at least one of `layers` layers changed when each changes its

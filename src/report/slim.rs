@@ -1,6 +1,6 @@
 //! `driftlab slim <dir>`: the committed form of a results folder. Drops the frame columns the
-//! report does not read (optimizer losses, gradient norms, ESS, update timings, per-layer entropy and
-//! the like), so `driftlab report` on the slim folder writes the same summary, endpoints,
+//! report does not read, as the schema marks them ([`schema::Col::report_reads`]: optimizer
+//! losses, gradient norms, ESS, update timings, per-layer entropy and the like), so `driftlab report` on the slim folder writes the same summary, endpoints,
 //! figures and report.md as on the full one (tested), and records what it dropped in
 //! `config.json` under `slim`. That file is written without indentation, and its resolved
 //! cells as `cell_groups` (each config once, with the seeds that ran it; read back as the
@@ -13,63 +13,15 @@ use anyhow::{Context, Result};
 use serde_json::{Map, Value};
 use std::path::Path;
 
-/// Per frame, the columns the report does not read.
-pub const UNREAD: &[(&str, &[&str])] = &[
-    (
-        "steps",
-        &[
-            "entropy",
-            "frac_zero_adv_groups",
-            "load_max_violation",
-            "dead_experts",
-            "staleness",
-        ],
-    ),
-    (
-        "updates",
-        &[
-            "ratio_tok_mean",
-            "ratio_tok_min",
-            "logratio_tok_var",
-            "logratio_within_seq_var",
-            "ess",
-            "clip_frac_low",
-            "clip_frac_high",
-            "clip_frac_seq",
-            "kl_old",
-            "kl_ref",
-            "grad_norm",
-            "loss_policy",
-            "loss_aux",
-            "loss_total",
-            "applied",
-            "router_shift_mean",
-            "router_shift_floored",
-            "drift_flips_per_token",
-            "router_js",
-            "drift_bias_expert_frac",
-            "t_update",
-            "t_probe",
-        ],
-    ),
-    (
-        "layers",
-        &[
-            "drift_token_frac",
-            "router_js",
-            "router_entropy",
-            "load_max_violation",
-            "dead_experts",
-        ],
-    ),
-];
-
-/// The columns of `frame` no report reads.
-pub fn unread(frame: &str) -> &'static [&'static str] {
-    UNREAD
-        .iter()
-        .find(|(n, _)| *n == frame)
-        .map_or(&[][..], |(_, c)| *c)
+/// The columns of `frame` no report reads (those the schema marks so, in file order).
+pub fn unread(frame: &str) -> Vec<&'static str> {
+    schema::frames()
+        .into_iter()
+        .filter(|s| s.name == frame)
+        .flat_map(|s| s.columns())
+        .filter(|c| !c.report_reads)
+        .map(|c| c.name)
+        .collect()
 }
 
 /// Rewrite the frames of `dir` without their unread columns; returns the bytes before and
@@ -120,7 +72,7 @@ fn compact(dir: &Path, keep_columns: bool, extra: &[(String, String)]) -> Result
         before += std::fs::metadata(&path)?.len();
         let df = read_parquet(&path)?;
         let never_read = if keep_columns {
-            &[][..]
+            Vec::new()
         } else {
             unread(s.name)
         };

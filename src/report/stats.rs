@@ -1,6 +1,7 @@
 //! Statistics over seeds: means with 95% Student-t intervals (critical values from `statrs`),
 //! and the exact small-sample tests the findings use.
 
+use crate::util::moments::{mean, sample_sd};
 use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
@@ -46,12 +47,7 @@ pub fn mean_ci(v: &[f64]) -> MeanCi {
             n,
         };
     }
-    let m = v.iter().sum::<f64>() / n as f64;
-    let sd = if n > 1 {
-        (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
-    } else {
-        f64::NAN
-    };
+    let (m, sd) = (mean(&v), sample_sd(&v));
     MeanCi {
         mean: m,
         ci95: t95(n) * sd / (n as f64).sqrt(),

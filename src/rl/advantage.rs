@@ -1,6 +1,7 @@
 //! Group-relative advantages: each response's reward against its prompt group.
 
 use super::config::AdvantageMode;
+use crate::util::moments::{mean, sample_var};
 
 /// Advantages for rewards laid out as consecutive groups of `group_size`.
 /// `MeanStd`: `(r − mean) / (std + 1e-6)` with the unbiased std (G − 1); `MeanOnly`: `r − mean`.
@@ -12,15 +13,10 @@ pub fn advantages(rewards: &[f32], group_size: usize, mode: AdvantageMode) -> Ve
     );
     let mut out = Vec::with_capacity(rewards.len());
     for g in rewards.chunks_exact(group_size) {
-        let n = g.len() as f64;
-        let mean = g.iter().map(|&r| f64::from(r)).sum::<f64>() / n;
-        let var = g
-            .iter()
-            .map(|&r| (f64::from(r) - mean).powi(2))
-            .sum::<f64>()
-            / (n - 1.0);
-        for &r in g {
-            let c = f64::from(r) - mean;
+        let g: Vec<f64> = g.iter().map(|&r| f64::from(r)).collect();
+        let (m, var) = (mean(&g), sample_var(&g));
+        for r in g {
+            let c = r - m;
             out.push(match mode {
                 AdvantageMode::MeanStd => (c / (var.sqrt() + 1e-6)) as f32,
                 AdvantageMode::MeanOnly => c as f32,

@@ -1,5 +1,6 @@
 //! Utilities with no simulation in them: files, hashes, locks, names, progress output, parallel
-//! maps, the host's description, host/device tensor conversions.
+//! maps, the host's description, host/device tensor conversions, and the mean and variance every
+//! statistic uses.
 
 pub mod finite;
 pub mod hash;
@@ -7,6 +8,7 @@ pub mod host;
 pub mod io;
 pub mod json_diff;
 pub mod lock;
+pub mod moments;
 pub mod names;
 pub mod parallel;
 pub mod progress;

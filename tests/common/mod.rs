@@ -1,6 +1,8 @@
 //! Shared helpers for the integration tests.
 #![allow(dead_code)]
 
+pub mod grads;
+
 use burn::tensor::Device;
 use driftlab::generate::layout;
 use driftlab::model::{Model, ModelConfig, SeqBatch};

@@ -1,9 +1,10 @@
 //! Drawing a [`LineChart`]: its ranges, bands, faint seed lines, reference lines, markers and
 //! legend (placed in the corner with the least data).
 
+use super::stack::{Glyph, WARNING_GREY};
 use super::{
-    Chart, LineChart, LineCtx, MarkerKind, REF_COLORS, Series, axis_label, err, log_label, palette,
-    si_label, y_axis,
+    Chart, LineChart, LineCtx, MarkerKind, Series, axis_label, err, log_label, palette, si_label,
+    y_axis,
 };
 use anyhow::Result;
 use plotters::coord::Shift;
@@ -69,7 +70,7 @@ impl LineChart {
     }
 
     /// Each series' palette index ([`super::series_colors`]).
-    fn colors(&self) -> Vec<usize> {
+    pub(super) fn colors(&self) -> Vec<usize> {
         super::series_colors(self.series.iter().map(|s| (s.name.as_str(), s.color)))
     }
 
@@ -114,14 +115,9 @@ impl LineChart {
         }
         // A line with an empty label continues the one before it (e.g. −δ after +δ): same
         // colour, no legend entry of its own.
-        let mut k = 0;
-        for (i, r) in self.refs.iter().enumerate() {
-            if i > 0 && !r.label.is_empty() {
-                k += 1;
-            }
+        for (r, grey) in self.refs.iter().zip(self.ref_colors()) {
             let Some(y) = self.ty(r.y) else { continue };
             // Dark and dashed, in colours the series palette does not use.
-            let grey = REF_COLORS[k % REF_COLORS.len()];
             let drawn = chart
                 .draw_series(DashedLineSeries::new(
                     vec![(x0, y), (x1, y)],
@@ -176,17 +172,15 @@ impl LineChart {
                 continue;
             }
             let anno = anno.label(&s.name);
-            if dots {
-                anno.legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
-            } else if s.dashed {
-                anno.legend(move |(x, y)| {
-                    DashedPathElement::new(vec![(x, y), (x + 20, y)], 5, 3, color.stroke_width(2))
-                });
-            } else {
-                anno.legend(move |(x, y)| {
+            match self.series_glyph(s, colors[i]) {
+                Glyph::Dot(c) => anno.legend(move |(x, y)| Circle::new((x + 10, y), 4, c.filled())),
+                Glyph::Dashed(c) => anno.legend(move |(x, y)| {
+                    DashedPathElement::new(vec![(x, y), (x + 20, y)], 5, 3, c.stroke_width(2))
+                }),
+                _ => anno.legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3))
-                });
-            }
+                }),
+            };
         }
         Ok(())
     }
@@ -207,7 +201,7 @@ impl LineChart {
                 continue;
             }
             // Black and grey: no series colour (red and orange are series colours).
-            let grey = RGBColor(100, 100, 100);
+            let grey = WARNING_GREY;
             match kind {
                 MarkerKind::Collapse => {
                     chart
@@ -303,7 +297,7 @@ impl LineChart {
         self.series.iter().filter(|s| !s.name.is_empty()).count() + self.refs.len() + kinds.len()
     }
 
-    fn ty(&self, y: f64) -> Option<f64> {
+    pub(super) fn ty(&self, y: f64) -> Option<f64> {
         if !y.is_finite() {
             None
         } else if self.log_y {
@@ -386,8 +380,23 @@ impl Chart for LineChart {
     where
         DB::ErrorType: 'static,
     {
+        self.draw_in(root, true)
+    }
+}
+
+impl LineChart {
+    /// Draw the chart with its own legend, or without (a stacked figure's panel, whose legend
+    /// the figure draws once above its panels).
+    pub(super) fn draw_in<DB: DrawingBackend>(
+        &self,
+        root: &DrawingArea<DB, Shift>,
+        with_legend: bool,
+    ) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
         if let Some(c) = self.without_log_zeros() {
-            return c.draw(root);
+            return c.draw_in(root, with_legend);
         }
         root.fill(&WHITE).map_err(err)?;
         let ((x0, x1), (y0, mut y1)) = self.ranges();
@@ -395,7 +404,11 @@ impl Chart for LineChart {
         // plot tall enough for it), and the legend sits in it, above the data.
         let (mut corner, covered) = self.legend_corner((x0, x1), (y0, y1));
         let plot_h = f64::from(root.dim_in_pixel().1) - 94.0;
-        let legend = self.legend_entries();
+        let legend = if with_legend {
+            self.legend_entries()
+        } else {
+            0
+        };
         let share = (17.0 * legend as f64 + 12.0) / plot_h + 0.04;
         if covered && legend > 0 && plot_h > 0.0 && share <= LEGEND_HEADROOM_MAX {
             y1 = y0 + (y1 - y0) / (1.0 - share);
@@ -458,14 +471,16 @@ impl Chart for LineChart {
         self.draw_backdrop(&mut chart, x0, x1)?;
         self.draw_lines(&mut chart)?;
         self.draw_markers(&mut chart)?;
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 14))
-            .position(corner)
-            .draw()
-            .map_err(err)?;
+        if with_legend {
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .label_font(("sans-serif", 14))
+                .position(corner)
+                .draw()
+                .map_err(err)?;
+        }
         Ok(())
     }
 }

@@ -8,6 +8,7 @@ mod heatmap;
 mod leaderboard;
 mod line;
 mod map;
+mod stack;
 
 pub(crate) use axis::{YAxis, log_label, si_label, y_axis};
 pub use bar::{Bar, BarChart};
@@ -15,6 +16,7 @@ pub use forest::{Forest, ForestRow};
 pub use heatmap::{HeatPanel, Heatmap};
 pub use leaderboard::{LeaderRow, Leaderboard};
 pub use map::{MapCell, MapPanel, StabilityMap};
+pub use stack::Stack;
 
 use anyhow::{Context, Result, anyhow};
 use plotters::coord::Shift;
@@ -277,35 +279,6 @@ where
 {
     chart.draw(&root)?;
     root.present().map_err(err)
-}
-
-/// Line charts stacked on one page, sharing the x axis (the mechanism chain).
-pub struct Stack {
-    pub title: String,
-    pub panels: Vec<LineChart>,
-}
-
-impl Chart for Stack {
-    fn title_mut(&mut self) -> &mut String {
-        &mut self.title
-    }
-
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
-    where
-        DB::ErrorType: 'static,
-    {
-        root.fill(&WHITE).map_err(err)?;
-        let root = root.titled(&self.title, ("sans-serif", 20)).map_err(err)?;
-        let areas = root.split_evenly((self.panels.len().max(1), 1));
-        for (p, a) in self.panels.iter().zip(areas) {
-            p.draw(&a)?;
-        }
-        Ok(())
-    }
-
-    fn size(&self) -> (u32, u32) {
-        (1000, 260 * self.panels.len().max(1) as u32 + 40)
-    }
 }
 
 #[cfg(test)]

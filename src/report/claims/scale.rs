@@ -158,7 +158,7 @@ fn scale_line(md: &mut String, r: &Regime) -> Result<()> {
     let mean = |from: From, col: &str| -> Result<Option<f64>> {
         let p = points(std::slice::from_ref(r), from, col)?;
         let v: Vec<f64> = p.iter().flat_map(|x| x.3.values().copied()).collect();
-        Ok((!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64))
+        Ok((!v.is_empty()).then(|| crate::util::moments::mean(&v)))
     };
     let pct = |x: Option<f64>| x.map_or("n/a".into(), |v| format!("{:.3}%", 100.0 * v));
     let routers = mean(From::Updates, "drift_router_frac")?;

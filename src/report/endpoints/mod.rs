@@ -16,6 +16,7 @@ use super::paired::{
 };
 use super::summary::ArmSummary;
 use crate::experiment::Claim;
+use crate::util::moments::{mean, sample_sd};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -268,9 +269,7 @@ impl Endpoint {
     /// needs to reach α at all. None when the estimate points away from the claim.
     fn seeds_to_resolve(&self, alpha: f64) -> Option<usize> {
         let t = self.toward_claim();
-        let n = t.len() as f64;
-        let m = t.iter().sum::<f64>() / n;
-        let sd = (t.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+        let (m, sd) = (mean(&t), sample_sd(&t));
         if m.is_nan() || m <= 0.0 {
             return None;
         }
@@ -299,8 +298,7 @@ impl Endpoint {
             return None;
         }
         let m = e.mean.abs();
-        let n = e.diffs.len() as f64;
-        let sd = (e.diffs.iter().map(|x| (x - e.mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+        let sd = sample_sd(&e.diffs);
         if m >= self.margin || m.is_nan() || !sd.is_finite() {
             return None;
         }

@@ -203,7 +203,7 @@ pub(super) fn reward_vs_compute(f: &RunFrames) -> Result<LineChart> {
                 color: None,
             };
             for (xs, ys) in at.values() {
-                let x = xs.iter().sum::<f64>() / xs.len() as f64;
+                let x = crate::util::moments::mean(xs);
                 let m = mean_ci(ys);
                 s.points.push((x, m.mean));
                 if m.ci95.is_finite() {

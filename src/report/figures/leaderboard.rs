@@ -11,6 +11,7 @@ use crate::metrics::frames::{f64_col, str_col};
 use crate::report::charts::{LeaderRow, Leaderboard};
 use crate::report::endpoints::Endpoint;
 use crate::report::regime::Regime;
+use crate::util::moments::mean;
 use anyhow::Result;
 use std::collections::BTreeMap;
 
@@ -71,7 +72,7 @@ pub(super) fn leaderboard(r: &Regime, eps: &[&Endpoint]) -> Result<Option<Leader
             .find(|(a, _)| a.name == name)
             .and_then(|(a, _)| a.per_seed.get(metric))
             .filter(|v| !v.is_empty())
-            .map_or(0.0, |v| v.iter().sum::<f64>() / v.len() as f64)
+            .map_or(0.0, |v| mean(v))
     };
     let row = |name: &str, effect: Option<(f64, (f64, f64))>, tone: usize| LeaderRow {
         label: name.to_string(),

@@ -21,6 +21,20 @@ pub fn clipped_surrogate(
     tok_weight: Option<&[f32]>,
 ) -> Tensor<1> {
     let adv = batch.adv_tok();
+    clipped_surrogate_adv(w, adv, batch, eps_low, eps_high, agg, tok_weight)
+}
+
+/// [`clipped_surrogate`] with per-token advantages `adv` `[n_tok]` (PG-OPD's, which vary
+/// within a response) in place of the batch's per-response ones.
+pub fn clipped_surrogate_adv(
+    w: Tensor<1>,
+    adv: Tensor<1>,
+    batch: &PolicyBatch,
+    eps_low: f64,
+    eps_high: f64,
+    agg: Aggregation,
+    tok_weight: Option<&[f32]>,
+) -> Tensor<1> {
     let unclipped = w.clone() * adv.clone();
     let clip = w.clamp(1.0 - eps_low, 1.0 + eps_high) * adv;
     let mut per_tok = -unclipped.min_pair(clip);

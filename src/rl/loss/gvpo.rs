@@ -28,7 +28,15 @@ pub fn loss(c: &GvpoConfig, batch: &PolicyBatch) -> (Tensor<1>, LossStats) {
         })
         .collect();
     let rc = crate::util::tensors::floats(rc, [n_groups, g], &batch.device());
-    let mut sq = (delta_c * c.beta as f32 - rc).powi_scalar(2);
+    squared_loss(delta_c * c.beta as f32 - rc, batch)
+}
+
+/// GVPO's loss of the residuals `rho` `[groups, G]`: `Σ ρ² / (2(G−1))` per group, weighted per
+/// response by the stability fixes' sequence weights when any is on, averaged over groups; with
+/// its statistics (GVPD shares it).
+pub fn squared_loss(rho: Tensor<2>, batch: &PolicyBatch) -> (Tensor<1>, LossStats) {
+    let [n_groups, g] = rho.dims();
+    let mut sq = rho.powi_scalar(2);
     let tis_weight = batch.seq_weight();
     if let Some(tw) = &tis_weight {
         sq = sq * crate::util::tensors::floats(tw.clone(), [n_groups, g], &batch.device());

@@ -6,6 +6,7 @@ pub mod gmpo;
 pub mod grpo;
 pub mod gspo;
 pub mod gvpo;
+pub mod opd;
 
 pub use contract::{LossStats, PolicyBatch};
 
