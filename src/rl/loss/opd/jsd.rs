@@ -14,7 +14,7 @@
 //! `trl/experimental/gkd/gkd_trainer.py` L239–323 (`generalized_jsd_loss`) and
 //! `trl/experimental/distillation/distillation_trainer.py` L104–145 (`_jsd_divergence`).
 
-use crate::util::tensors::log_softmax;
+use crate::kernels::log_softmax;
 use burn::tensor::Tensor;
 
 /// The divergence's settings.
