@@ -20,6 +20,7 @@ pub mod regime;
 pub mod roles;
 pub mod run_info;
 pub mod scale;
+pub mod sign_flip;
 pub mod slim;
 pub mod stats;
 pub mod summary;
