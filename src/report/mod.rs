@@ -5,6 +5,7 @@ pub mod charts;
 pub mod checks;
 pub mod claims;
 pub mod compute;
+pub mod defects;
 pub mod depth;
 pub mod endpoints;
 pub mod figures;
