@@ -298,3 +298,53 @@ pub fn findings_md(regs: &[Regime], eps: &[Endpoint]) -> Result<String> {
     }
     Ok(md)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::paired::paired;
+
+    fn ep(diffs: &[f64]) -> Endpoint {
+        let mut e = Endpoint::new(
+            Claim::DriftShare,
+            "r",
+            "x".into(),
+            Scale::Difference,
+            Claimed::Greater,
+        );
+        e.est = paired(&vec![0.0; diffs.len()], diffs, Scale::Difference);
+        e
+    }
+
+    /// The methods text names each method the tests used, and a sampled p says so with its
+    /// floor where it is printed; an exact one is printed bare.
+    #[test]
+    fn the_methods_text_and_the_tables_say_how_each_p_was_computed() {
+        // 30 seeds on the 1/256 lattice, and 30 on none (square roots).
+        let exact: Vec<f64> = (0..30).map(|i| (20 + i % 7) as f64 / 256.0).collect();
+        let off: Vec<f64> = (0..30).map(|i| (2.0 + i as f64).sqrt() / 10.0).collect();
+        let mut eps = vec![ep(&exact), ep(&off), ep(&exact[..10])];
+        evaluate(&mut eps, true);
+        assert_eq!(eps[0].p_method, Some(FlipMethod::Lattice));
+        assert_eq!(eps[1].p_method, Some(FlipMethod::Sampled));
+        assert_eq!(eps[2].p_method, Some(FlipMethod::Enumerated));
+        // Every value positive: the exact p is 1/2^30; the sampled one stops at its floor.
+        assert_eq!(eps[0].p, 1.0 / 2f64.powi(30));
+        assert_eq!(eps[1].p, 1.0 / (DRAWS + 1) as f64);
+        let text = methods_used(&eps);
+        for part in [
+            "enumerating all 2ⁿ",
+            "dynamic programming",
+            "sampled, floor 1/(draws+1) = 5.0e-6",
+        ] {
+            assert!(text.contains(part), "{part} not in {text}");
+        }
+        assert_eq!(flip_p_text(&eps[0], eps[0].p, "sampled"), p_text(eps[0].p));
+        assert_eq!(
+            flip_p_text(&eps[1], eps[1].p_holm, "sampled"),
+            format!("{} (sampled)", p_text(eps[1].p_holm))
+        );
+        assert!(sidedness(&eps, true).contains("2·min(p, p against)"));
+        assert!(sidedness(&eps, false).contains("one-sided p in the claimed direction"));
+    }
+}
