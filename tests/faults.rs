@@ -459,6 +459,134 @@ fn pre_registered_specs_declare_quick_seeds_outside_their_study() {
     assert!(seen >= 3, "{seen} pre-registered specs");
 }
 
+/// The quick forms `.ci/run` runs, each as (spec name, its arguments after the name): the
+/// lines that call `driftlab experiment NAME --quick`, and the entries of its loop over quick
+/// forms (a quoted entry is one form, a bare word another), whose body runs `--quick` on each.
+fn ci_quick_forms(script: &str) -> Vec<(String, Vec<String>)> {
+    let mut forms = Vec::new();
+    let words = |s: &str| -> (String, Vec<String>) {
+        let mut w = s.split_whitespace().map(str::to_string);
+        let name = w.next().unwrap_or_default();
+        (name, w.collect())
+    };
+    for line in script.lines() {
+        if let Some(rest) = line.split("driftlab experiment ").nth(1)
+            && rest.contains("--quick")
+            && !rest.starts_with("\"$@\"")
+        {
+            let cut = rest
+                .find(" --out")
+                .or(rest.find(" >"))
+                .unwrap_or(rest.len());
+            let (name, args) = words(&rest[..cut].replace("--quick", ""));
+            forms.push((name, args));
+        }
+    }
+    let joined = script.replace("\\\n", " ");
+    for lp in joined.split("for name in ").skip(1) {
+        let Some(end) = lp.find("; do") else { continue };
+        let body = &lp[end..];
+        assert!(
+            body[..body.find("done").unwrap_or(body.len())]
+                .contains("driftlab experiment \"$@\" --quick"),
+            "the loop over {:?} does not run --quick forms",
+            &lp[..end]
+        );
+        let mut list = &lp[..end];
+        while !list.trim().is_empty() {
+            list = list.trim_start();
+            let (entry, rest) = if let Some(q) = list.strip_prefix('"') {
+                let close = q.find('"').expect("a closed quote");
+                (&q[..close], &q[close + 1..])
+            } else {
+                let sp = list.find(char::is_whitespace).unwrap_or(list.len());
+                (&list[..sp], &list[sp..])
+            };
+            forms.push(words(entry));
+            list = rest;
+        }
+    }
+    forms
+}
+
+/// No quick form that CI runs (`.ci/run`) spends a study's seed: the seeds each one runs (its
+/// `--seeds`, else its spec's `quick_seeds`, else the spec's first seed, as `--quick` picks
+/// them) lie outside every study's seeds (specs pre-registered or on fresh seeds, or that
+/// declare `quick_seeds`; every regime's own list included).
+#[test]
+fn ci_quick_forms_run_no_study_seed() {
+    let mut study: BTreeMap<u64, String> = BTreeMap::new();
+    let mut specs: BTreeMap<String, ExperimentSpec> = BTreeMap::new();
+    for e in std::fs::read_dir("experiments").unwrap() {
+        let path = e.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let spec = ExperimentSpec::load(&path).unwrap();
+        let lower = text.to_lowercase();
+        if lower.contains("pre-regist")
+            || lower.contains("fresh seeds")
+            || spec.quick_seeds.is_some()
+        {
+            let regimes = spec.regimes.iter().flat_map(|r| r.seeds.iter().flatten());
+            for &s in spec.seeds.iter().chain(regimes) {
+                study.entry(s).or_insert_with(|| spec.name.clone());
+            }
+        }
+        specs.insert(spec.name.clone(), spec);
+    }
+    for name in [
+        "fix_leaderboard",
+        "drift_scale",
+        "token_noise",
+        "stability_map",
+    ] {
+        assert!(
+            study.values().any(|n| n == name),
+            "{name} is not read as a study"
+        );
+    }
+    let forms = ci_quick_forms(&std::fs::read_to_string(".ci/run").unwrap());
+    assert!(
+        forms.len() >= 12,
+        "{} quick forms read from .ci/run: {forms:?}",
+        forms.len()
+    );
+    for name in [
+        "moe_drift",
+        "token_noise",
+        "fix_leaderboard",
+        "drift_scale",
+        "stability_map",
+    ] {
+        assert!(
+            forms.iter().any(|(n, _)| n == name),
+            "{name}'s quick form not found in .ci/run"
+        );
+    }
+    for (name, args) in &forms {
+        let spec = specs
+            .get(name)
+            .unwrap_or_else(|| panic!(".ci/run runs {name}, which has no spec"));
+        let seeds: Vec<u64> = match args.iter().position(|a| a == "--seeds") {
+            Some(i) => args[i + 1]
+                .split(',')
+                .map(|s| s.parse().expect("a seed"))
+                .collect(),
+            None => spec
+                .quick_seeds
+                .clone()
+                .unwrap_or_else(|| spec.seeds.iter().take(1).copied().collect()),
+        };
+        for s in seeds {
+            if let Some(owner) = study.get(&s) {
+                panic!(
+                    ".ci/run's quick form `{name} {}` runs seed {s}, a seed of the study {owner}",
+                    args.join(" ")
+                );
+            }
+        }
+    }
+}
+
 /// A small tmpfs mounted at a folder for one test, unmounted when dropped.
 struct SmallDisk(PathBuf);
 

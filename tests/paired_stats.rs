@@ -4,8 +4,11 @@ use driftlab::report::paired::{
     Scale, bootstrap_ci, cluster_means, holm, paired, seeds_needed, sign_flip_p,
     sign_flip_p_greater, t_crit,
 };
-use rand::SeedableRng;
+use driftlab::report::sign_flip::{
+    DRAWS, FlipMethod, Tail, enumerated, lattice, lattice_p, sign_flip,
+};
 use rand::rngs::Xoshiro256PlusPlus;
+use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, Normal};
 
 #[test]
@@ -20,10 +23,9 @@ fn sign_flip_p_values_by_hand() {
     assert_eq!(sign_flip_p(&[1.0, 1.0]), 0.5);
     // Zero differences: every pattern ties → p = 1.
     assert_eq!(sign_flip_p(&[0.0, 0.0, 0.0]), 1.0);
-    // Beyond 20 values the Monte Carlo estimate is close to the exact tail: 25 equal values,
-    // exact p = 2 / 2^25, estimate (0 + 1) / 200 001.
-    let p = sign_flip_p(&[1.0; 25]);
-    assert!(p > 0.0 && p < 1e-5, "{p}");
+    // Beyond 20 values equal values lie on a lattice: the exact p = 2 / 2^25, not the
+    // sampled floor 1 / 200 001.
+    assert_eq!(sign_flip_p(&[1.0; 25]), 2.0 / 2f64.powi(25));
 }
 
 #[test]
@@ -147,4 +149,129 @@ fn seeds_needed_grows_as_the_effect_shrinks() {
     let n_half = seeds_needed(0.5, 0.05, 0.8).unwrap();
     assert!((32..=36).contains(&n_half), "{n_half}");
     assert_eq!(seeds_needed(0.0, 0.05, 0.8), None);
+}
+
+/// Random integer vectors of 1 to 16 values (some zero), seeded.
+fn random_lattice_vectors() -> Vec<Vec<i64>> {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(61);
+    (0..120)
+        .map(|i| {
+            let n = 1 + i % 16;
+            (0..n).map(|_| rng.random_range(-40i64..=40)).collect()
+        })
+        .collect()
+}
+
+/// The lattice count equals enumeration bit for bit where the float sums are exact (steps of
+/// 1/256, accuracies on 256 prompts), and to 1e-15 on a step that binary cannot hold (1/100)
+/// and on a shift by a margin (0.05 on 1/256: the lattice 1/1280).
+#[test]
+fn lattice_count_equals_enumeration() {
+    for k in random_lattice_vectors() {
+        for tail in [Tail::Greater, Tail::TwoSided] {
+            let dyadic: Vec<f64> = k.iter().map(|&x| x as f64 / 256.0).collect();
+            let want = enumerated(&dyadic, tail);
+            assert_eq!(
+                lattice_p(&k, tail).to_bits(),
+                want.to_bits(),
+                "{k:?} {tail:?}"
+            );
+            let found = lattice(&dyadic).expect("on the 1/256 lattice");
+            assert_eq!(lattice_p(&found, tail).to_bits(), want.to_bits(), "{k:?}");
+            for d in [
+                k.iter().map(|&x| x as f64 / 100.0).collect::<Vec<f64>>(),
+                dyadic.iter().map(|x| x + 0.05).collect(),
+                dyadic.iter().map(|x| -x + 0.05).collect(),
+            ] {
+                let found = lattice(&d).unwrap_or_else(|| panic!("{d:?} on a lattice"));
+                let (got, want) = (lattice_p(&found, tail), enumerated(&d, tail));
+                assert!(
+                    (got - want).abs() <= 1e-15,
+                    "{d:?} {tail:?}: {got} vs {want}"
+                );
+            }
+        }
+    }
+}
+
+/// By hand, ties included.
+#[test]
+fn lattice_count_by_hand() {
+    // ±2 ±1 ±3: sums {6, 4, 2, 0, 0, −2, −4, −6}; observed 2 − 1 + 3 = 4.
+    assert_eq!(lattice_p(&[2, -1, 3], Tail::Greater), 2.0 / 8.0);
+    assert_eq!(lattice_p(&[2, -1, 3], Tail::TwoSided), 4.0 / 8.0);
+    // Zeros flip to themselves: every pattern ties.
+    assert_eq!(lattice_p(&[0, 0, 0], Tail::Greater), 1.0);
+    // 21 values of +1 and one of −1 (22 > 20: the lattice path): Σ = 22 − 2m with m minus
+    // signs, observed 20, so the hits are m ≤ 1, the observed pattern's 21 ties among them:
+    // (1 + 22) / 2^22.
+    let mut d = vec![1.0 / 256.0; 21];
+    d.push(-1.0 / 256.0);
+    let got = sign_flip(&d, Tail::Greater);
+    assert_eq!(got.method, FlipMethod::Lattice);
+    assert_eq!(got.p, 23.0 / 2f64.powi(22));
+    assert_eq!(sign_flip(&d, Tail::TwoSided).p, 46.0 / 2f64.powi(22));
+}
+
+/// A margin shift keeps 46 accuracy differences on a (finer) lattice: the p of d + 0.05 is the
+/// exact p of the integers 5 k + 64 (steps of 1/1280), and a shift that makes every value
+/// positive gives the smallest p, 1 / 2^46.
+#[test]
+fn margin_shifted_differences_stay_exact() {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(62);
+    let k: Vec<i64> = (0..46).map(|_| rng.random_range(-30i64..=50)).collect();
+    let d: Vec<f64> = k.iter().map(|&x| x as f64 / 256.0).collect();
+    let shifted: Vec<f64> = d.iter().map(|x| x + 0.05).collect();
+    let got = sign_flip(&shifted, Tail::Greater);
+    assert_eq!(got.method, FlipMethod::Lattice);
+    let ints: Vec<i64> = k.iter().map(|x| 5 * x + 64).collect();
+    assert_eq!(got.p, lattice_p(&ints, Tail::Greater));
+    let up: Vec<f64> = d.iter().map(|x| x + 0.5).collect();
+    assert_eq!(sign_flip_p_greater(&up), 1.0 / 2f64.powi(46));
+}
+
+/// Values on no lattice (log-ratios, draws from a normal) beyond 20 seeds are sampled, with
+/// the observed pattern counted, so their p is never below 1 / (draws + 1).
+#[test]
+fn off_lattice_values_fall_back_to_sampling() {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(63);
+    let normal = Normal::new(2.0, 1.0).unwrap();
+    let d: Vec<f64> = (0..30).map(|_| normal.sample(&mut rng)).collect();
+    assert_eq!(lattice(&d), None);
+    let got = sign_flip(&d, Tail::Greater);
+    assert_eq!(got.method, FlipMethod::Sampled);
+    let floor = 1.0 / (DRAWS + 1) as f64;
+    assert!(got.p >= floor && got.p < 1e-3, "{}", got.p);
+    let logs: Vec<f64> = (2..27).map(|i| (i as f64).ln()).collect();
+    assert_eq!(lattice(&logs), None);
+    // A lattice too fine for the count (Σ|k| beyond the cap) is sampled too.
+    let fine: Vec<f64> = (0..25).map(|i| 1.0 + i as f64 * 1e-7).collect();
+    assert_eq!(sign_flip(&fine, Tail::Greater).method, FlipMethod::Sampled);
+    // Up to 20 values every pattern is enumerated, lattice or not.
+    assert_eq!(
+        sign_flip(&d[..20], Tail::Greater).method,
+        FlipMethod::Enumerated
+    );
+}
+
+/// Lattice detection: differences of accuracies on 256 prompts give back their integers (in
+/// steps of 1/256, or of a common multiple), a margin shift gives the finer lattice, and a
+/// value off the lattice, values on none, or non-finite values give none.
+#[test]
+fn lattice_detection() {
+    let acc = |a: i64, b: i64| a as f64 / 256.0 - b as f64 / 256.0;
+    let d = [acc(140, 137), acc(120, 125), acc(99, 99), acc(200, 190)];
+    assert_eq!(lattice(&d), Some(vec![3, -5, 0, 10]));
+    // A common factor is the step: 2/256 and 4/256 are 1 and 2 steps of 2/256.
+    assert_eq!(lattice(&[2.0 / 256.0, -4.0 / 256.0]), Some(vec![1, -2]));
+    // Shifted by δ = 0.05: the integers 5 k + 64 of steps of 1/1280 (gcd 1 here).
+    let shifted: Vec<f64> = d.iter().map(|x| x + 0.05).collect();
+    assert_eq!(lattice(&shifted), Some(vec![79, 39, 64, 114]));
+    assert_eq!(lattice(&[0.0, 0.0]), Some(vec![0, 0]));
+    // One value a millionth of a step off: no lattice.
+    let mut off = d.to_vec();
+    off[0] += 1e-6 / 256.0;
+    assert_eq!(lattice(&off), None);
+    assert_eq!(lattice(&[1.0, 2f64.sqrt(), 3f64.sqrt()]), None);
+    assert_eq!(lattice(&[1.0, f64::NAN]), None);
 }

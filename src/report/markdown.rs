@@ -149,6 +149,7 @@ pub fn report(
             "This folder keeps no per-update frame (committed without it, for the repository's size): the summary's per-update columns read –, and the drift, ratio and clipping figures are not drawn. The run's command rebuilds it.\n\n",
         );
     }
+    md.push_str(&super::defects::header_md(info));
     md.push_str(&info.regimes_table());
     summary_table(&mut md, sums)?;
     identical_arms(&mut md, regs)?;
@@ -186,6 +187,12 @@ pub fn report(
         }
         for p in made {
             writeln!(md, "![{p}]({folder}/{p}.svg)\n")?;
+            if *p == "leaderboard"
+                && let Some(r) = regs.iter().find(|r| r.name == *regime)
+                && let Some(note) = super::figures::defect_caption(r)?
+            {
+                writeln!(md, "{note}\n")?;
+            }
         }
     }
     Ok(md)

@@ -1,10 +1,12 @@
 //! Paired statistics for arms that share seeds: per-seed differences (or log-ratios), their
-//! mean with a Student-t and a seed-bootstrap 95% interval, the effect size d_z, the exact
-//! paired sign-flip permutation test, Holm's step-down adjustment over a report's endpoints,
-//! cluster-then-average for per-update metrics, and the seeds a design would need.
+//! mean with a Student-t and a seed-bootstrap 95% interval, the effect size d_z, the paired
+//! sign-flip permutation test ([`super::sign_flip`]), Holm's step-down adjustment over a
+//! report's endpoints, cluster-then-average for per-update metrics, and the seeds a design
+//! would need.
 //!
 //! Distributions come from `statrs`, never from typed-in tables.
 
+pub use super::sign_flip::{FlipMethod, FlipP, Tail, sign_flip};
 use super::stats::{MeanCi, mean_ci};
 pub use super::stats::{t_crit, z_quantile};
 use crate::util::moments::sample_sd;
@@ -38,7 +40,8 @@ pub struct Paired {
     pub boot_ci: (f64, f64),
     /// Effect size d_z = mean / sd of the differences.
     pub dz: f64,
-    /// Exact two-sided sign-flip permutation p-value (Monte Carlo beyond 20 seeds).
+    /// Two-sided sign-flip permutation p-value ([`sign_flip`]; no report table prints it,
+    /// the findings test one-sided in the claimed direction).
     pub p: f64,
 }
 
@@ -95,12 +98,10 @@ pub fn bootstrap_ci(v: &[f64], reps: usize, alpha: f64, seed: u64) -> (f64, f64)
 
 /// Two-sided p-value of the paired sign-flip permutation test of "the differences are
 /// symmetric about 0": the share of the 2^n sign patterns whose |Σ s_i d_i| is at least the
-/// observed |Σ d_i| (exact up to 20 values; beyond, 200 000 seeded random patterns with the
-/// observed one counted, `(k + 1) / (N + 1)`). With n values the smallest p is 2 / 2^n: 0.25
-/// at 3 seeds, 0.031 at 6.
+/// observed |Σ d_i| ([`sign_flip`]: exact by enumeration or over the values' lattice, else
+/// sampled). With n values the smallest p is 2 / 2^n: 0.25 at 3 seeds, 0.031 at 6.
 pub fn sign_flip_p(d: &[f64]) -> f64 {
-    let obs = d.iter().sum::<f64>().abs();
-    flip_share(d, |s, tol| s.abs() >= obs - tol)
+    sign_flip(d, Tail::TwoSided).p
 }
 
 /// One-sided p-value of the sign-flip test against "the differences are symmetric about 0",
@@ -108,8 +109,7 @@ pub fn sign_flip_p(d: &[f64]) -> f64 {
 /// observed Σ d_i. The smallest p with n values is 1 / 2^n (0.00098 at 10 seeds). A shift
 /// tests other nulls: `sign_flip_p_greater(d + δ)` is the non-inferiority test of mean > −δ.
 pub fn sign_flip_p_greater(d: &[f64]) -> f64 {
-    let obs = d.iter().sum::<f64>();
-    flip_share(d, |s, tol| s >= obs - tol)
+    sign_flip(d, Tail::Greater).p
 }
 
 /// One-sided exact sign test: the probability of at least `k` successes in `n` fair coin
@@ -129,46 +129,6 @@ pub fn sign_test_p_greater(k: usize, n: usize) -> f64 {
         .sum::<f64>()
         .min(1.0)
 }
-
-/// The share of sign patterns of `d` whose signed sum `hit`s (exact up to 20 values, else
-/// seeded Monte Carlo); `hit` gets the sum and a rounding tolerance.
-fn flip_share(d: &[f64], hit: impl Fn(f64, f64) -> bool) -> f64 {
-    let n = d.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    let tol = 1e-12 * d.iter().map(|x| x.abs()).sum::<f64>().max(1e-300);
-    if n <= 20 {
-        let total = 1u64 << n;
-        let hits = (0..total)
-            .filter(|&mask| {
-                let s: f64 = d
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &x)| if mask >> i & 1 == 1 { -x } else { x })
-                    .sum();
-                hit(s, tol)
-            })
-            .count();
-        return hits as f64 / total as f64;
-    }
-    let reps = 200_000;
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(SIGN_FLIP_SEED);
-    let coin = Uniform::new(0u8, 2).expect("range");
-    let hits = (0..reps)
-        .filter(|_| {
-            let s: f64 = d
-                .iter()
-                .map(|&x| if coin.sample(&mut rng) == 1 { -x } else { x })
-                .sum();
-            hit(s, tol)
-        })
-        .count();
-    (hits + 1) as f64 / (reps + 1) as f64
-}
-
-/// The seed of the Monte Carlo sign-flip stream.
-const SIGN_FLIP_SEED: u64 = 0xf11b;
 
 /// Holm–Bonferroni step-down adjusted p-values, in the input order: sorted ascending, the
 /// i-th (from 0) is multiplied by `m − i`, made non-decreasing, capped at 1. NaNs stay NaN and

@@ -33,6 +33,10 @@ pub struct Regime {
     pub factors: Option<super::scale::Factors>,
     /// Held out of claim (o)'s fit (the spec's `holdout`): predicted, not fitted.
     pub holdout: bool,
+    /// The arms here that ran a defect of the run's build, fixed since ([`super::defects`]).
+    pub defects: Vec<(String, &'static super::defects::Defect)>,
+    /// The run's build (config.json's `git_commit`).
+    pub build: Option<String>,
 }
 
 impl Regime {
@@ -74,6 +78,8 @@ pub fn regimes_of(f: &RunFrames, info: &RunInfo) -> Result<Vec<Regime>> {
             map: info.regime(r).and_then(|x| x.map.clone()),
             factors: factors_of(info, r),
             holdout: info.regime(r).is_some_and(|x| x.holdout),
+            defects: super::defects::affected(info, Some(r)),
+            build: info.git_commit.clone(),
             frames,
         });
     }

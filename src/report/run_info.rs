@@ -44,6 +44,8 @@ pub struct RunInfo {
     /// The canonical indices in `cells` of the cells this folder ran (config.json's `ran`: a
     /// shard's own; every cell in a whole or merged run); `None` when not recorded.
     pub ran: Option<Vec<usize>>,
+    /// The build the run's binary came from (config.json's `git_commit`), where recorded.
+    pub git_commit: Option<String>,
     /// Whether the folder holds a `config.json` (else every other field is the default).
     pub found: bool,
 }
@@ -60,6 +62,7 @@ impl Default for RunInfo {
             sweep: None,
             slimmed: Default::default(),
             ran: None,
+            git_commit: None,
             found: false,
         }
     }
@@ -120,11 +123,16 @@ impl RunInfo {
             }
             _ => None,
         };
+        let git_commit = v
+            .get("git_commit")
+            .and_then(Value::as_str)
+            .map(str::to_string);
         let Some(spec) = spec else {
             return Ok(RunInfo {
                 cells,
                 slimmed,
                 ran,
+                git_commit,
                 found: true,
                 ..RunInfo::default()
             });
@@ -143,6 +151,7 @@ impl RunInfo {
             arms: spec.arms,
             slimmed,
             ran,
+            git_commit,
             found: true,
         })
     }

@@ -33,6 +33,8 @@ pub struct Leaderboard {
     pub rows: Vec<LeaderRow>,
     /// Legend text of each tone.
     pub tones: Vec<String>,
+    /// A line under the panels (what the rows marked † ran), where there is one.
+    pub footnote: Option<String>,
 }
 
 /// A panel's legend, in the blank row at the bottom.
@@ -61,6 +63,8 @@ const EFFECT: u32 = 560;
 const RATES: u32 = 260;
 const TOP: u32 = 40;
 const BOTTOM: u32 = 45;
+/// The height of the footnote's line.
+const FOOT: u32 = 24;
 
 impl Leaderboard {
     /// The effect panel's x range: every interval and ±1.5 δ, padded.
@@ -270,7 +274,10 @@ impl Chart for Leaderboard {
         let rest = 260;
         (
             LABELS + EFFECT + RATES + rest,
-            TOP + BOTTOM + 40 + 32 * (self.rows.len() + 1) as u32,
+            TOP + BOTTOM
+                + 40
+                + 32 * (self.rows.len() + 1) as u32
+                + if self.footnote.is_some() { FOOT } else { 0 },
         )
     }
 
@@ -280,6 +287,16 @@ impl Chart for Leaderboard {
     {
         root.fill(&WHITE).map_err(err)?;
         let root = root.titled(&self.title, ("sans-serif", 18)).map_err(err)?;
+        let root = match &self.footnote {
+            Some(note) => {
+                let (_, h) = root.dim_in_pixel();
+                let (upper, foot) = root.split_vertically(h.saturating_sub(FOOT));
+                foot.draw(&Text::new(note.clone(), (8, 4), ("sans-serif", 12)))
+                    .map_err(err)?;
+                upper
+            }
+            None => root,
+        };
         let (left, body) = root.split_horizontally(LABELS);
         let (effects, body) = body.split_horizontally(EFFECT);
         let (rates, costs) = body.split_horizontally(RATES);

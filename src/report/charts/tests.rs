@@ -179,6 +179,7 @@ fn the_leaderboard_draws_all_three_panels_and_every_arm() {
             "does not hold".into(),
             "inconclusive".into(),
         ],
+        footnote: Some("† grpo_pr2: a footnote".into()),
     };
     let svg = svg_of(&board);
     for text in [
@@ -191,6 +192,7 @@ fn the_leaderboard_draws_all_three_panels_and_every_arm() {
         "not kept",
         "0.20",
         "inconclusive",
+        "a footnote",
     ] {
         assert!(
             svg.contains(text),

@@ -5,14 +5,17 @@
 //! (paired over shared seeds, [`super::paired`]), Holm's adjustment over the report's primary
 //! endpoints, and the verdict.
 //!
-//! Tests are one-sided exact sign-flip tests in the claimed direction (declared, so one-sided);
-//! "does not hold" needs positive evidence: both one-sided tests of |mean| < δ (TOST) for a
-//! claimed difference, or "worse by more than δ" for a claimed non-inferiority. Otherwise the
-//! verdict is "inconclusive at n seeds", with the seeds that would resolve it.
+//! Tests are one-sided sign-flip tests in the claimed direction (declared, so one-sided; exact
+//! by enumeration or over the lattice of the differences, sampled only where neither applies,
+//! [`super::sign_flip`]); a spec that declares `reversal` doubles the smaller one-sided p into a
+//! two-sided one before Holm. "Does not hold" needs positive evidence: both one-sided tests of
+//! |mean| < δ (TOST) for a claimed difference, or "worse by more than δ" for a claimed
+//! non-inferiority. Otherwise the verdict is "inconclusive at n seeds", with the seeds that
+//! would resolve it.
 
 pub use super::fmt::{num, p_text};
 use super::paired::{
-    Paired, Scale, paired, seeds_needed, sign_flip_p_greater, sign_test_p_greater,
+    FlipMethod, Paired, Scale, Tail, paired, seeds_needed, sign_flip, sign_test_p_greater,
 };
 use super::summary::ArmSummary;
 use crate::experiment::Claim;
@@ -111,6 +114,8 @@ pub struct Endpoint {
     pub p_not: f64,
     pub p_holm: f64,
     pub p_not_holm: f64,
+    /// How its sign-flip p-values were computed: the least exact of them (None untested).
+    pub p_method: Option<FlipMethod>,
     pub verdict: Verdict,
     /// Why an endpoint was not evaluated (identical arms, too few seeds), or what a reader
     /// must know to read it (censored seeds).
@@ -150,6 +155,7 @@ impl Endpoint {
             p_not: f64::NAN,
             p_holm: f64::NAN,
             p_not_holm: f64::NAN,
+            p_method: None,
             verdict: Verdict::Secondary,
             note: None,
             censored: Vec::new(),
@@ -212,16 +218,24 @@ impl Endpoint {
         }
         let d = &e.diffs;
         let shift = |s: f64, k: f64| d.iter().map(|x| s * x + k).collect::<Vec<f64>>();
+        let mut method = None;
+        // Each test is one-sided toward a positive mean of the vector it is given; a margin
+        // enters as a shift of every value (the lattice count takes the shifted values).
+        let mut greater = |v: &[f64]| {
+            let r = sign_flip(v, Tail::Greater);
+            method = method.max(Some(r.method));
+            r.p
+        };
         let toward = self.toward_claim();
-        self.p = sign_flip_p_greater(&toward);
+        self.p = greater(&toward);
         if matches!(self.claimed, Claimed::Greater | Claimed::Less) {
-            self.p_against = sign_flip_p_greater(&toward.iter().map(|x| -x).collect::<Vec<_>>());
+            self.p_against = greater(&toward.iter().map(|x| -x).collect::<Vec<_>>());
         }
         self.p_not = match self.claimed {
-            Claimed::NotWorse => sign_flip_p_greater(&shift(-1.0, -self.margin)),
-            _ => sign_flip_p_greater(&shift(1.0, self.margin))
-                .max(sign_flip_p_greater(&shift(-1.0, self.margin))),
+            Claimed::NotWorse => greater(&shift(-1.0, -self.margin)),
+            _ => greater(&shift(1.0, self.margin)).max(greater(&shift(-1.0, self.margin))),
         };
+        self.p_method = method;
         if self.censored.iter().any(|&c| c) {
             self.test_censored();
         }

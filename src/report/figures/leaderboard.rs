@@ -3,7 +3,9 @@
 //! cells that collapsed or had a token-ratio explosion, and its median seconds per RL step in
 //! `bench.json` (`driftlab bench --rl --spec`: interleaved rounds, one thread) or else in this
 //! run (where the frames keep the timings; cells ran side by side, so those costs compare arms
-//! within the run, not machines).
+//! within the run, not machines). An arm that ran a defect of the run's build
+//! ([`crate::report::defects`]) is marked † and a footnote says so, and whether its cost was
+//! measured on a build without the defect.
 
 use super::panels::{tone_of, verdict_tones};
 use crate::experiment::Claim;
@@ -19,11 +21,44 @@ use std::collections::BTreeMap;
 /// `bench.json` where it was measured for this regime (interleaved rounds on one thread, the
 /// cost of the arm itself), else from the steps frame (the cells' own steps, beside whatever
 /// else ran); empty when neither is there. The second element says which.
-fn step_secs(r: &Regime) -> Result<(BTreeMap<String, f64>, &'static str)> {
+/// The third element is the build the seconds came from (bench.json's, or the run's own).
+#[allow(clippy::type_complexity)]
+fn step_secs(r: &Regime) -> Result<(BTreeMap<String, f64>, &'static str, Option<String>)> {
     if let Some(b) = r.frames.bench.as_ref().filter(|b| b.regime == r.name) {
-        return Ok((b.median_s.clone(), "cost: bench --rl, one thread"));
+        return Ok((
+            b.median_s.clone(),
+            "cost: bench --rl, one thread",
+            b.git_commit.clone(),
+        ));
     }
-    Ok((frame_secs(r)?, "cost in this run"))
+    Ok((frame_secs(r)?, "cost in this run", r.build.clone()))
+}
+
+/// The footnote of the arms marked †: what they ran, and, where the cost was measured on a
+/// build without the defect, that their cost is not the run's version's.
+fn defect_note(r: &Regime, cost_build: Option<&str>) -> Option<String> {
+    let short = |c: Option<&str>| c.map_or("?".to_string(), |c| c[..7.min(c.len())].to_string());
+    let notes: Vec<String> = r
+        .defects
+        .iter()
+        .map(|(arm, d)| {
+            let cost = if d.in_build(cost_build) {
+                String::new()
+            } else {
+                format!(
+                    "; its cost is that of the corrected code (build {})",
+                    short(cost_build)
+                )
+            };
+            format!(
+                "† {arm}: accuracy of {} (build {}, fixed in {}){cost}",
+                d.short,
+                short(r.build.as_deref()),
+                d.fixed_in
+            )
+        })
+        .collect();
+    (!notes.is_empty()).then(|| notes.join("  "))
 }
 
 fn frame_secs(r: &Regime) -> Result<BTreeMap<String, f64>> {
@@ -64,7 +99,14 @@ pub(super) fn leaderboard(r: &Regime, eps: &[&Endpoint]) -> Result<Option<Leader
     else {
         return Ok(None);
     };
-    let (secs, cost_from) = step_secs(r)?;
+    let (secs, cost_from, cost_build) = step_secs(r)?;
+    let marked = |name: &str| {
+        if r.defects.iter().any(|(a, _)| a == name) {
+            format!("{name} †")
+        } else {
+            name.to_string()
+        }
+    };
     let share = |name: &str, metric: &str| -> f64 {
         r.arms
             .arms
@@ -75,7 +117,7 @@ pub(super) fn leaderboard(r: &Regime, eps: &[&Endpoint]) -> Result<Option<Leader
             .map_or(0.0, |v| mean(v))
     };
     let row = |name: &str, effect: Option<(f64, (f64, f64))>, tone: usize| LeaderRow {
-        label: name.to_string(),
+        label: marked(name),
         effect,
         tone,
         collapse: share(name, "collapsed"),
@@ -109,5 +151,36 @@ pub(super) fn leaderboard(r: &Regime, eps: &[&Endpoint]) -> Result<Option<Leader
         cost_from,
         rows,
         tones: verdict_tones(),
+        footnote: defect_note(r, cost_build.as_deref()),
     }))
+}
+
+/// report.md's note under `r`'s leaderboard, where an arm of it ran a defect of the run's
+/// build: what the † rows ran, and which build their cost per step was measured on.
+pub(crate) fn defect_caption(r: &Regime) -> Result<Option<String>> {
+    if r.defects.is_empty() {
+        return Ok(None);
+    }
+    let (_, _, cost_build) = step_secs(r)?;
+    let short = |c: Option<&str>| c.map_or("?".to_string(), |c| c[..7.min(c.len())].to_string());
+    let notes: Vec<String> = r
+        .defects
+        .iter()
+        .map(|(arm, d)| {
+            let cost = if d.in_build(cost_build.as_deref()) {
+                "its cost per step was measured on that version too".to_string()
+            } else {
+                format!(
+                    "its cost per step (`bench.json`) was measured on build `{}`, which has the fix: the figure pairs the accuracy of the version that ran with the cost of the corrected one",
+                    short(cost_build.as_deref())
+                )
+            };
+            format!(
+                "`{arm}` (†) ran {} (build `{}`); its effect and its shares of broken cells are that version's, and {cost}.",
+                d.short,
+                short(r.build.as_deref()),
+            )
+        })
+        .collect();
+    Ok(Some(notes.join(" ")))
 }

@@ -19,6 +19,7 @@ mod sweep;
 use frame_charts::{
     clip_bars, clip_by_minibatch, drift_chart, drift_units, event_markers, reward_vs_compute,
 };
+pub(crate) use leaderboard::defect_caption;
 use panels::{drift_heatmap, forest, mechanism, variance_by_length, variance_by_prefix};
 pub use scale::{SCALE_PLOTS, scale_plots};
 use series::{band_chart, curves, line, reference};
