@@ -104,7 +104,10 @@ fn a_dense_models_swiglu_runs_the_host_form_and_the_node_and_neither_under_the_r
     let model = dense();
     let counts = hooks::counts();
     workload(&model);
-    assert!(counts.of(Node::SiluHost) > 0, "the host form without a graph");
+    assert!(
+        counts.of(Node::SiluHost) > 0,
+        "the host form without a graph"
+    );
     assert!(counts.of(Node::SiluNode) > 0, "the node with a graph");
     let counts = hooks::counts();
     hooks::with(hooks::Switch::Reference, || workload(&model));
@@ -121,5 +124,8 @@ fn a_guard_dropped_by_a_panic_leaves_the_fast_path_on() {
     assert!(caught.is_err());
     let counts = hooks::counts();
     workload(&model);
-    assert!(counts.of(Node::AttnQkv) > 0, "the override did not outlive its guard");
+    assert!(
+        counts.of(Node::AttnQkv) > 0,
+        "the override did not outlive its guard"
+    );
 }

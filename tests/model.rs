@@ -1,10 +1,10 @@
 //! Model invariants: replay, forced routing, router gradients, sparse dispatch, aux loss.
 
 mod common;
-use driftlab::kernels::hooks::{self, Node, Switch};
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{IndexingUpdateOp, Tensor};
 use common::*;
+use driftlab::kernels::hooks::{self, Node, Switch};
 use driftlab::model::moe::{LayerRouting, moe_forward, native_topk, swiglu};
 use driftlab::model::weights::{MoeWeights, SwiGlu};
 use driftlab::model::{ForwardOptions, ModelConfig, NO_ROUTE, SeqBatch};
@@ -977,7 +977,10 @@ fn padding_queries_left_out_change_no_bit() {
     };
     let counts = hooks::counts();
     let a = run();
-    assert!(counts.of(Node::QueriesLeftOut) > 0, "padding queries were left out");
+    assert!(
+        counts.of(Node::QueriesLeftOut) > 0,
+        "padding queries were left out"
+    );
     let counts = hooks::counts();
     let e = hooks::with(Switch::EveryQuery, run);
     assert_eq!(counts.of(Node::QueriesLeftOut), 0, "every query computed");

@@ -207,7 +207,11 @@ fn trainer_steps_are_the_same_with_the_shared_forward() {
             let n = counts.of(Node::SharedForward);
             let full = hooks::counts();
             let out = (shared, hooks::with(Switch::FullForwards, run), n);
-            assert_eq!(full.of(Node::SharedForward), 0, "full forwards share nothing");
+            assert_eq!(
+                full.of(Node::SharedForward),
+                0,
+                "full forwards share nothing"
+            );
             out
         });
         assert!(n > 0, "{routing:?}: the trainer shared");
@@ -293,7 +297,11 @@ fn prefilling_a_group_once_changes_no_bit() {
             let n = counts.of(Node::SharedForward);
             let full = hooks::counts();
             let out = (shared, hooks::with(Switch::FullForwards, run), n);
-            assert_eq!(full.of(Node::SharedForward), 0, "full forwards share nothing");
+            assert_eq!(
+                full.of(Node::SharedForward),
+                0,
+                "full forwards share nothing"
+            );
             out
         });
         assert_eq!(n > 0, !noise, "shards {shards}, noise {noise}: shared");

@@ -662,12 +662,19 @@ fn the_kernels_import_util_only() {
             }
         }
     }
-    assert!(bad.is_empty(), "kernels import beyond util:\n{}", bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "kernels import beyond util:\n{}",
+        bad.join("\n")
+    );
     let model_reads_kernels = g
         .iter()
         .filter(|(f, _)| top_folder(f) == "model")
         .any(|(_, edges)| edges.keys().any(|t| top_folder(t) == "kernels"));
-    assert!(model_reads_kernels, "the model reads its ops from the kernels");
+    assert!(
+        model_reads_kernels,
+        "the model reads its ops from the kernels"
+    );
 }
 
 #[test]

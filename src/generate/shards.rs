@@ -2,9 +2,9 @@
 //! each decoding step still feeds (finished rows leave on the CPU backend); the log of the routes
 //! the steps used.
 
-use crate::model::{ForwardOptions, LayerCache, LayerRouting, Model, NO_ROUTE, SeqBatch};
 use crate::kernels::gemm_paths;
 use crate::kernels::hooks::{self, Node, Switch};
+use crate::model::{ForwardOptions, LayerCache, LayerRouting, Model, NO_ROUTE, SeqBatch};
 use crate::util::rows_from;
 use crate::util::tensors::{ints, to_vec};
 

@@ -163,7 +163,11 @@ mod tests {
         let c = counts();
         count(Node::Exp, 2);
         std::thread::spawn(|| count(Node::Exp, 5)).join().unwrap();
-        assert_eq!(c.of(Node::Exp), 2, "another thread's runs are not this thread's");
+        assert_eq!(
+            c.of(Node::Exp),
+            2,
+            "another thread's runs are not this thread's"
+        );
         assert_eq!(c.any(), 2);
         let caught = std::panic::catch_unwind(|| {
             let _g = force_reference();
@@ -174,7 +178,10 @@ mod tests {
         assert!(!is_on(Switch::Reference), "the guard restored the switch");
         let outer = set(Switch::EveryQuery);
         with(Switch::EveryQuery, || assert!(is_on(Switch::EveryQuery)));
-        assert!(is_on(Switch::EveryQuery), "nested guards keep the outer one");
+        assert!(
+            is_on(Switch::EveryQuery),
+            "nested guards keep the outer one"
+        );
         drop(outer);
         assert!(!is_on(Switch::EveryQuery));
     }

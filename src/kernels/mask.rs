@@ -135,4 +135,3 @@ pub fn causal_mask(
         keep: floats(keep, [batch, 1, seq, kv], device),
     }
 }
-

@@ -250,11 +250,15 @@ pub fn exp<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     let device = x.device();
     let mut input = Some(x);
     #[cfg(feature = "flex")]
-    if let Some(y) = fast(Node::Exp, &device, || Some(flex::host_ops::exp(input.take()?))) {
+    if let Some(y) = fast(Node::Exp, &device, || {
+        Some(flex::host_ops::exp(input.take()?))
+    }) {
         return y;
     }
     let _ = device;
-    input.expect("the input stays where the host form did not run").exp()
+    input
+        .expect("the input stays where the host form did not run")
+        .exp()
 }
 
 pub use reference::{log_softmax, softmax};

@@ -82,4 +82,3 @@ impl Rope {
         x * table(&self.cos) + x_rot * table(&self.sin)
     }
 }
-

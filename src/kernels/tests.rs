@@ -58,8 +58,7 @@ fn the_moved_extension_is_the_product() {
             *v = if i % 2 == 0 { 0.0 } else { -0.0 };
         }
         let wqkv = floats(w.clone(), [d, 3 * d], &device);
-        let moved = host_ops::extend_qkv(&rope, &wqkv)
-            .expect("applies without a graph");
+        let moved = host_ops::extend_qkv(&rope, &wqkv).expect("applies without a graph");
         let product = reference::extend_qkv(&rope, wqkv);
         let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
         assert_eq!(bits(to_vec(moved)), bits(to_vec(product)), "d {d}");
@@ -96,7 +95,7 @@ fn host_exp_has_the_value_and_gradient_of_exp() {
     }
 }
 
-    /// The host norm is bitwise the tensor ops' norm, and each tensor's host sum of squares is
+/// The host norm is bitwise the tensor ops' norm, and each tensor's host sum of squares is
 /// bitwise `powi_scalar(2).sum()`: lengths with and without whole blocks of eight vectors, a
 /// scalar tail, a lone value, exact zeros of both signs, tiny and huge values. It fails if
 /// the accumulators are combined in another order (checked by mutation when written).

@@ -46,7 +46,6 @@ mod tests {
     use crate::util::tensors::{floats, to_vec};
     use burn::tensor::Device;
 
-
     /// The projection-side RoPE equals rotate-half RoPE computed element by element.
     #[test]
     fn rope_from_the_extended_projection_is_rotate_half() {
@@ -62,7 +61,10 @@ mod tests {
             .map(|i| ((i * 53 % 97) as f32 - 48.0) / 97.0)
             .collect();
         let x = floats(xs.clone(), [s, d], &device);
-        let qkv = to_vec(x.matmul(kernels::extend_qkv(&rope, floats(w.clone(), [d, 3 * d], &device))));
+        let qkv = to_vec(x.matmul(kernels::extend_qkv(
+            &rope,
+            floats(w.clone(), [d, 3 * d], &device),
+        )));
         let col = |t: usize, c: usize| qkv[t * 5 * d + c];
         // Plain projection, then rotate-half by hand, for q (block 0) and k (block 1).
         let proj = |t: usize, c: usize| {

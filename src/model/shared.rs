@@ -23,11 +23,11 @@
 //! holds (see [`Model::forward_shared`]); it is checked against the full forward, every logit
 //! and every trace bit for bit, in `tests/shared_prefix.rs`.
 
-use crate::kernels::hooks::{self, Node, Switch};
-use crate::kernels::{attention_shared, gemm_paths, node_spans, project_qkv};
 use super::moe::{LayerRouting, NO_ROUTE, RoutingTrace};
 use super::weights::FfnWeights;
 use super::{ExpertPath, ForwardOptions, Model, Pass, SeqBatch, Shared, rms_norm};
+use crate::kernels::hooks::{self, Node, Switch};
+use crate::kernels::{attention_shared, gemm_paths, node_spans, project_qkv};
 use crate::util::rows_from;
 use crate::util::tensors::{floats, is_host, to_vec};
 use burn::tensor::Tensor;

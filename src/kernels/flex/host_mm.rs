@@ -58,7 +58,15 @@ pub fn gemm_into(
     acc: bool,
 ) {
     // SAFETY: `c` is initialised, so reading it (with `acc`) is sound; gemm writes floats.
-    unsafe { gemm_raw((m, n, k), (a, b), (c.as_mut_ptr(), c.len(), c_rs), beta, acc) }
+    unsafe {
+        gemm_raw(
+            (m, n, k),
+            (a, b),
+            (c.as_mut_ptr(), c.len(), c_rs),
+            beta,
+            acc,
+        )
+    }
 }
 
 /// [`gemm_into`] without accumulation into uninitialised memory: `c[m×n] = beta·a·b`, every

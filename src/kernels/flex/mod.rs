@@ -17,9 +17,9 @@ pub mod fused;
 pub mod host_mm;
 #[cfg(feature = "flex")]
 pub mod host_ops;
+pub mod scratch;
 #[cfg(feature = "flex")]
 pub mod silu_node;
-pub mod scratch;
 #[cfg(feature = "flex")]
 pub mod squares;
 pub mod transpose;

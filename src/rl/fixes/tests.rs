@@ -62,7 +62,10 @@ fn on_policy_nothing_is_masked() {
     assert!(!w.all_masked());
     let shares = masked.shares();
     // The first three columns are those of IcePop, MIS and OPSM (the test above).
-    assert!(shares[..3].iter().all(|(_, s)| *s == Some(0.0)), "{shares:?}");
+    assert!(
+        shares[..3].iter().all(|(_, s)| *s == Some(0.0)),
+        "{shares:?}"
+    );
     let (w, masked) = weigh(&[None; COUNT], &b);
     assert_eq!(w, Weights::default());
     assert_eq!(masked, Masked::default());

@@ -27,10 +27,9 @@
 //! ([`crate::kernels::flex::fastmath::softmax_rows`]), so all give the same bits.
 
 use super::host_mm::{Scratch, View, gemm_into, gemm_to, host};
-use std::mem::MaybeUninit;
+use crate::kernels::flex::fastmath::softmax_rows;
 use crate::kernels::gemm_paths::{every_query_needed, fewest_queries};
 use crate::kernels::hooks::{self, Node, Switch};
-use crate::kernels::flex::fastmath::softmax_rows;
 use crate::util::tensors::{floats, to_vec};
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -39,6 +38,7 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind};
 use burn::tensor::{Tensor, TensorData};
 use burn_flex::{Flex, FlexTensor};
+use std::mem::MaybeUninit;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -285,8 +285,26 @@ fn backward_host(sv: &Saved, dout: &[f32]) -> [Vec<f32>; 3] {
         let (dsv, dst) = (View::rows(ds, kv), View::transposed(ds, kv));
         let c = sh.scale();
         let at = qo + lo * d;
-        gemm_to(n, hd, kv, dsv, block(&k, ko, d, false), &mut dq.out()[at..], d, c);
-        gemm_to(kv, hd, n, dst, block(&q, at, d, false), &mut dk.out()[ko..], d, c);
+        gemm_to(
+            n,
+            hd,
+            kv,
+            dsv,
+            block(&k, ko, d, false),
+            &mut dq.out()[at..],
+            d,
+            c,
+        );
+        gemm_to(
+            kv,
+            hd,
+            n,
+            dst,
+            block(&q, at, d, false),
+            &mut dk.out()[ko..],
+            d,
+            c,
+        );
         zero_outside(dq.out(), qo, (d, hd, s), r);
     }
     // SAFETY: the (row, head) blocks tile dq, dk and dv, each written by a product without

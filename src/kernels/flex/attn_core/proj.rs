@@ -17,9 +17,9 @@
 //! `dW_ext = xᵀ·dy`, as burn's autodiff computes them), so every gradient is unchanged too.
 
 use super::Ad;
+use crate::kernels::flex::host_mm::{Scratch, View, gemm_to, host, written_ref};
 use crate::kernels::gemm_paths::projection_general;
 use crate::kernels::rope::rot_source;
-use crate::kernels::flex::host_mm::{Scratch, View, gemm_to, host, written_ref};
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
 use burn::backend::autodiff::grads::Gradients;

@@ -4,8 +4,8 @@
 
 use super::qkv::{rope_rows, split_rope};
 use super::{Keys, Shape, forward_spans, query_spans};
-use crate::kernels::gemm_paths::fewest_queries;
 use crate::kernels::flex::host_mm::host;
+use crate::kernels::gemm_paths::fewest_queries;
 use burn::tensor::Tensor;
 use burn_flex::Flex;
 use std::ops::Range;

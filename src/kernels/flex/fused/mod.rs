@@ -34,8 +34,9 @@ mod products;
 
 pub use groups::Groups;
 
-use crate::kernels::flex::host_mm::{Scratch, host, written, written_ref};
 use crate::kernels::flex::fastmath::silu_mul_consts_vec;
+use crate::kernels::flex::host_mm::{Scratch, host, written, written_ref};
+use crate::kernels::gemm_paths::padded_rows;
 use crate::util::parallel::par_map_mut;
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -45,10 +46,9 @@ use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind};
 use burn::tensor::{Tensor, TensorData};
 use burn_flex::{Flex, FlexTensor};
 use gather::{gather, gather_rows};
-use crate::kernels::gemm_paths::padded_rows;
 use products::{mm, mm_to, products, products_padded};
-use std::mem::MaybeUninit;
 use std::borrow::Cow;
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 type Ad = Autodiff<Flex, NoCheckpointing>;
@@ -120,7 +120,12 @@ fn forward_host(
             let o = &mut o.out()[..md];
             expert(
                 e,
-                [&mut a1.out()[..mf], &mut a3.out()[..mf], &mut h.out()[..mf], o],
+                [
+                    &mut a1.out()[..mf],
+                    &mut a3.out()[..mf],
+                    &mut h.out()[..mf],
+                    o,
+                ],
             );
             // SAFETY: `expert` wrote all m·d of its output (nothing where m = 0).
             add_gated(&mut out, unsafe { written_ref(o) }, s..s + m, &g, &gate, d);

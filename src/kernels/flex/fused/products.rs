@@ -96,7 +96,13 @@ pub(super) fn products_padded(
     let mut tmp = [rows * f, rows * f, rows * f, rows * d].map(Scratch::new);
     {
         let [t1, t3, th, to] = &mut tmp;
-        products(&x, rows, w, (d, f), [t1.out(), t3.out(), th.out(), to.out()]);
+        products(
+            &x,
+            rows,
+            w,
+            (d, f),
+            [t1.out(), t3.out(), th.out(), to.out()],
+        );
     }
     for (dst, mut src) in bufs.into_iter().zip(tmp) {
         // SAFETY: `products` wrote every value of the four.
