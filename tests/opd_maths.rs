@@ -51,6 +51,7 @@ fn batch(
         seg: seg_of(lens),
         lens: lens.to_vec(),
         group_size,
+        teacher: None,
     };
     (b, leaf)
 }
@@ -122,7 +123,18 @@ fn gvpd_matches_the_checked_vectors() {
         let (rl, rg) = gvpd_ref(&S, &T, &LENS, 3, beta, alpha);
         assert_rel(rl, l, 1e-6, "reference loss vs table");
         assert_abs(&rg, &g, 1e-6, "reference gradient vs table");
-        let (al, ag) = gvpd_autograd(&GvpdConfig { beta, alpha }, &S, &T, &A, &LENS, 3);
+        let (al, ag) = gvpd_autograd(
+            &GvpdConfig {
+                beta,
+                alpha,
+                lambda: None,
+            },
+            &S,
+            &T,
+            &A,
+            &LENS,
+            3,
+        );
         assert_rel(al, rl, 1e-6, "autograd loss");
         assert_abs(&ag, &rg, 1e-6, "autograd gradient");
     }
@@ -136,7 +148,11 @@ fn gvpd_gradient_is_beta_over_k_minus_one_times_rho_on_two_groups() {
     let a = [-3.0, -2.5, -4.8, -1.0, -0.9, -2.1, -4.0, -3.0];
     let lens = [3, 2, 5, 1, 1, 2, 4, 3];
     for alpha in [0.0, 0.5] {
-        let c = GvpdConfig { beta: 0.3, alpha };
+        let c = GvpdConfig {
+            beta: 0.3,
+            alpha,
+            lambda: None,
+        };
         let (rl, rg) = gvpd_ref(&s, &t, &lens, 4, c.beta, alpha);
         let (al, ag) = gvpd_autograd(&c, &s, &t, &a, &lens, 4);
         assert_rel(al, rl, 1e-6, "loss");
@@ -149,6 +165,7 @@ fn gvpd_ignores_the_old_policy_and_vanishes_at_a_constant_gap() {
     let c = GvpdConfig {
         beta: 1.0,
         alpha: 0.0,
+        lambda: None,
     };
     let (l1, _) = gvpd_autograd(&c, &S, &T, &A, &LENS, 3);
     let (l2, _) = gvpd_autograd(&c, &S, &T, &[0.0, -9.0, 3.0], &LENS, 3);
@@ -182,6 +199,7 @@ fn teacher_anchored_rl_matches_the_checked_vectors_and_gvpd() {
         &GvpdConfig {
             beta: 1.0,
             alpha: 0.0,
+            lambda: None,
         },
         &S,
         &T,
@@ -382,6 +400,7 @@ fn pg_on_two_groups_with_rewards_and_engine_log_probs() {
                 form,
                 aggregation,
                 student: OpdStudent::Engine,
+                env_advantage: true,
             };
             let (mut b, _) = batch(&lp, &old, &lens, 2);
             b.logp_mu = mu.to_vec();

@@ -43,6 +43,7 @@ fn batch(
         seg,
         lens: lens.to_vec(),
         group_size: 2,
+        teacher: None,
     };
     (b, leaf)
 }
@@ -224,6 +225,7 @@ fn gspo_equals_grpo_when_every_response_has_length_one() {
             seg: vec![0, 1, 2, 3],
             lens: lens.to_vec(),
             group_size: 2,
+            teacher: None,
         };
         (b, leaf)
     };
@@ -277,6 +279,7 @@ fn gspo_token_equals_gspo_in_value_and_gradient() {
                 seg: seg.clone(),
                 lens: lens.clone(),
                 group_size: 3,
+                teacher: None,
             };
             (b, leaf)
         };
@@ -335,6 +338,7 @@ fn gvpo_gradient_at_old_policy_is_scaled_reinforce() {
         seg: seg.clone(),
         lens,
         group_size: 3,
+        teacher: None,
     };
     let (loss, _) = policy_loss(&Algorithm::Gvpo(GvpoConfig { beta }), &b);
     let g_gvpo = grad(loss, &leaf);

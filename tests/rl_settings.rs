@@ -209,7 +209,7 @@ fn router_shift_runs_with_every_ratio_objective_and_routing_mode() {
 #[test]
 fn every_routing_mode_runs_with_every_engine_setting() {
     use driftlab::model::{Model, ModelConfig, RouterKind};
-    use driftlab::rl::{AlgorithmKind, RouterShiftConfig, Trainer};
+    use driftlab::rl::{RouterShiftConfig, Trainer};
     let cfg = ModelConfig {
         router: RouterKind::SigmoidBias,
         ..tiny_cfg()
@@ -222,9 +222,9 @@ fn every_routing_mode_runs_with_every_engine_setting() {
             rl.minibatch_prompts = Some(1);
             let mut rl = rl.with_sizes();
             rl.mismatch = Mismatch::RouteFlip { sigma: 0.5 };
-            rl.router_shift = (alg.kind() != AlgorithmKind::Gvpo).then(RouterShiftConfig::default);
+            rl.router_shift = alg.has_ratio().then(RouterShiftConfig::default);
             let model = Model::init(cfg.clone(), 6, &flex());
-            let mut t = Trainer::new(rl, model, short_sort(), 6).unwrap();
+            let mut t = with_teacher_if_set(Trainer::new(rl, model, short_sort(), 6).unwrap());
             for s in 0..2 {
                 let out = t.step();
                 let what = format!("{} {routing} step {s}", alg.name());

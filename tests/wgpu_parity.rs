@@ -55,9 +55,10 @@ fn wgpu_cpu_runs_every_objective_with_the_engine_settings() {
         rl.old_logp = OldLogp::Rollout;
         rl.rollout_staleness = 1;
         rl.mismatch = Mismatch::RouteFlip { sigma: 0.5 };
-        rl.router_shift =
-            (alg.kind() != driftlab::rl::AlgorithmKind::Gvpo).then(RouterShiftConfig::default);
-        let mut t = Trainer::new(rl, Model::init(cfg.clone(), 3, &wgpu), short_sort(), 3).unwrap();
+        rl.router_shift = alg.has_ratio().then(RouterShiftConfig::default);
+        let mut t = with_teacher_if_set(
+            Trainer::new(rl, Model::init(cfg.clone(), 3, &wgpu), short_sort(), 3).unwrap(),
+        );
         for _ in 0..2 {
             let out = t.step();
             for u in &out.updates {

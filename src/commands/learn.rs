@@ -1,11 +1,11 @@
 //! `driftlab learn`: a learning check of one objective × routing mode from the cached cold
 //! start (toy + sort 4–16 by default), reporting early vs late mean reward per seed.
 
-use crate::coldstart::{ColdStartConfig, load_or_train};
+use crate::coldstart::{ColdStart, ColdStartConfig, EvalAccuracy, load_or_train};
 use crate::model::{ModelConfig, Preset, RouterKind};
 use crate::rl::{
     Algorithm, AlgorithmKind, Mismatch, OldLogp, Pr2Config, ReplayThresholdConfig, RlConfig,
-    RouterShiftConfig, RoutingMode, Trainer,
+    RouterShiftConfig, RoutingMode, TeacherConfig, Trainer,
 };
 use crate::task::{Task, TaskConfig, Tokenizer};
 use crate::util::moments::mean;
@@ -58,6 +58,15 @@ pub struct LearnArgs {
     /// Predictive Routing Replay (with `--routing r2`), predictor lr = lr × 1e3.
     #[arg(long)]
     pub pr2: bool,
+    /// A teacher for on-policy distillation (`gvpd`, `opd_pg`, `opd_kl`, which take the toy
+    /// preset by default): its preset, trained by the teacher's recipe (`rl.teacher`,
+    /// docs/spec.md) and cached like a cold start. With another objective the teacher is only
+    /// scored (teacher KL).
+    #[arg(long)]
+    pub teacher: Option<Preset>,
+    /// The teacher's cold-start steps (it never stops early).
+    #[arg(long, default_value_t = 2000)]
+    pub teacher_steps: usize,
     /// Cache directory of cold starts.
     #[arg(long, default_value = crate::util::io::DEFAULT_CACHE_DIR)]
     pub cache_dir: PathBuf,
@@ -91,7 +100,22 @@ fn label(a: &LearnArgs) -> String {
     if a.pr2 {
         s += " +pr2";
     }
+    if let Some(t) = a.teacher {
+        s += &format!(" teacher={t}");
+    }
     s
+}
+
+/// The teacher of a learn run: `--teacher`, or the default teacher when the objective
+/// distils one.
+fn teacher_config(a: &LearnArgs) -> Option<TeacherConfig> {
+    let needs = Algorithm::default_of(a.algorithm).needs_teacher();
+    (a.teacher.is_some() || needs).then(|| {
+        let mut t = TeacherConfig::default();
+        t.preset = a.teacher.unwrap_or(t.preset);
+        t.coldstart.max_steps = a.teacher_steps;
+        t
+    })
 }
 
 /// The RL settings of a learn run.
@@ -112,6 +136,7 @@ fn rl_config(a: &LearnArgs) -> Result<RlConfig> {
             .replay_threshold
             .map(|ratio| ReplayThresholdConfig { ratio }),
         pr2: a.pr2.then(Pr2Config::default),
+        teacher: teacher_config(a),
         ..RlConfig::default()
     };
     cfg.optimizer.lr = a.lr;
@@ -181,6 +206,20 @@ impl Masked {
     }
 }
 
+/// The student against its cold start and its teacher (greedy eval accuracy), and the teacher
+/// KL per token early and late.
+fn teacher_line(t: &Trainer, cold: &EvalAccuracy, teacher: &ColdStart, kl: &[f64]) -> String {
+    let student = crate::experiment::runner::greedy_eval(&t.model, &t.task);
+    format!(
+        "greedy eval accuracy: student {student:.3} (cold start {:.3}), teacher {:.3}; teacher \
+         KL per token first 10 steps {:.3}, last 25 steps {:.3}",
+        cold.greedy,
+        teacher.accuracy.greedy,
+        mean(&kl[..kl.len().min(10)]),
+        mean(&kl[kl.len().saturating_sub(25)..]),
+    )
+}
+
 pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
     let what = label(a);
     let model_cfg = ModelConfig {
@@ -205,7 +244,27 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
             &a.cache_dir,
             &progress,
         )?;
-        let mut t = Trainer::new(rl_config(a)?, cs.model, task, seed)?;
+        let cfg = rl_config(a)?;
+        let teacher = match &cfg.teacher {
+            Some(tc) => {
+                let m = tc.model(model_cfg.vocab_size)?;
+                let seed = tc.seed_in(seed);
+                Some(load_or_train(
+                    &m,
+                    &task,
+                    &tc.coldstart,
+                    seed,
+                    device,
+                    &a.cache_dir,
+                    &progress,
+                )?)
+            }
+            None => None,
+        };
+        let mut t = Trainer::new(cfg, cs.model, task, seed)?;
+        if let Some(tc) = &teacher {
+            t = t.with_teacher(tc.model.clone())?;
+        }
         t.probe = false;
         let bar = progress.stage(
             format!("learn {what} seed {seed}"),
@@ -217,9 +276,11 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
         let mut rewards = Vec::new();
         let mut secs = Vec::new();
         let mut masked = Masked::default();
+        let mut teacher_kl = Vec::new();
         for _ in 0..a.steps {
             let o = t.step();
             masked.add(&o);
+            teacher_kl.extend(crate::metrics::rows::teacher_kl(&o));
             let r = o.rewards.iter().sum::<f32>() / o.rewards.len() as f32;
             rewards.push(f64::from(r));
             secs.push(o.t_rollout + o.t_update + o.t_probe);
@@ -240,6 +301,12 @@ pub fn run(device: &Device, a: &LearnArgs) -> Result<()> {
             secs[secs.len() / 2],
             masked.text()
         );
+        if let Some(tc) = &teacher {
+            println!(
+                "{what} seed {seed}: {}",
+                teacher_line(&t, &cs.accuracy, tc, &teacher_kl)
+            );
+        }
         early_all.push(early);
         late_all.push(late);
     }

@@ -14,6 +14,7 @@ use crate::metrics::responses::{length_rows, prefix_rows};
 use crate::metrics::rows::{
     CellId, Shape, StepMeasures, event_row, layer_rows, ratio_tok_max, step_row, update_row,
 };
+use crate::model::Model;
 use crate::rl::{StepOutput, Trainer};
 use crate::task::Task;
 use crate::util::io::write_json;
@@ -309,6 +310,29 @@ pub fn cold_start(cell: &CellConfig, opts: &RunOptions) -> Result<(Task, ColdSta
     Ok((task, cs.to_device(&opts.device)?))
 }
 
+/// The cell's teacher (`rl.teacher`), a cold start of its own preset and recipe from the same
+/// cache, trained where the cell's cold start trains and handed over on the run's device.
+fn teacher(cell: &CellConfig, task: &Task, opts: &RunOptions) -> Result<Option<Model>> {
+    let Some(t) = &cell.rl.teacher else {
+        return Ok(None);
+    };
+    let train_on = match t.coldstart.device.or(cell.coldstart.device) {
+        Some(d) => d.device().context("key 'rl.teacher.coldstart.device'")?,
+        None => opts.device.clone(),
+    };
+    let cs = load_or_train(
+        &t.model(cell.model.vocab_size)?,
+        task,
+        &t.coldstart,
+        t.seed_in(cell.seed),
+        &train_on,
+        &opts.cache_dir,
+        &opts.progress,
+    )
+    .context("rl.teacher")?;
+    Ok(Some(cs.to_device(&opts.device)?.model))
+}
+
 /// What the collapse detector reads from one step.
 fn signals(out: &StepOutput, m: &StepMeasures) -> StepSignals {
     let mut s = StepSignals {
@@ -394,7 +418,12 @@ fn run_cell(
     let _serial = crate::util::parallel::serial_off_host(&opts.device);
     let (task, cs) = cold_start(cell, opts)?;
     let (arm, seed) = (&cell.arm, cell.seed);
+    let teacher = teacher(cell, &task, opts)?;
     let mut trainer = Trainer::new(cell.rl.clone(), cs.model, task, seed)
+        .and_then(|t| match teacher {
+            Some(m) => t.with_teacher(m),
+            None => Ok(t),
+        })
         .with_context(|| format!("arm '{arm}' seed {seed}"))?;
     let id = cell.id();
     let mut detector = CollapseDetector::new(cell.collapse.clone());

@@ -2,7 +2,7 @@
 //! a row that does not match its frame's columns and dtypes is an error, never a new column.
 
 use super::rows::{Row, Val};
-use super::schema::{Dtype, FrameSchema};
+use super::schema::{Col, Dtype, FrameSchema};
 use anyhow::{Result, bail};
 use polars::prelude::*;
 use std::path::Path;
@@ -92,13 +92,27 @@ impl Frame {
         );
         let names: Vec<&str> = df.get_column_names().iter().map(|n| n.as_str()).collect();
         let want: Vec<&str> = self.schema.columns().map(|c| c.name).collect();
-        if names != want {
+        // A file an earlier build wrote may lack float columns added since (null in its rows:
+        // what they measure did not exist then); any other difference is refused.
+        let added = |c: &Col| !names.contains(&c.name) && c.dtype == Dtype::Float;
+        let known: Vec<&str> = (self.schema.columns())
+            .filter(|c| !added(c))
+            .map(|c| c.name)
+            .collect();
+        if names != known {
             bail!("{frame}: the file has columns {names:?}, the schema {want:?}");
         }
         fn kept<'a, T: 'a>(col: Vec<T>, keep: &'a [bool]) -> impl Iterator<Item = T> + 'a {
             col.into_iter().zip(keep).filter(|x| *x.1).map(|x| x.0)
         }
+        let n_kept = keep.iter().filter(|&&k| k).count();
         for (c, buf) in self.schema.columns().zip(&mut self.cols) {
+            if added(c) {
+                if let Buf::F(v) = buf {
+                    v.extend(std::iter::repeat_n(None, n_kept));
+                }
+                continue;
+            }
             match buf {
                 Buf::S(v) => v.extend(kept(str_col(df, c.name)?, keep)),
                 Buf::I(v) => v.extend(kept(i64_col(df, c.name)?, keep)),

@@ -465,6 +465,17 @@ pub fn step_row(
             "n_tokens",
             Val::I(out.resp_lens.iter().sum::<usize>() as i64),
         ),
+        ("teacher_kl", Val::F(teacher_kl(out))),
     ]);
     row
+}
+
+/// Mean over the rollout batch's tokens of log π_old − log π_T (none without a teacher).
+pub fn teacher_kl(out: &StepOutput) -> Option<f64> {
+    let t = out.logp_teacher.as_ref()?;
+    let n = t.len().max(1) as f64;
+    let sum: f64 = (out.logp_old.iter().zip(t))
+        .map(|(&s, &t)| f64::from(s) - f64::from(t))
+        .sum();
+    Some(sum / n)
 }

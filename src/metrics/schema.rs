@@ -197,6 +197,13 @@ pub static STEPS: FrameSchema = FrameSchema {
         f("t_update", "seconds in π_old recompute and updates"),
         f("t_probe", "seconds in the drift probe"),
         i("n_tokens", "response tokens of the rollout batch"),
+        f(
+            "teacher_kl",
+            "mean over the rollout batch's response tokens of log π_old − log π_T, the student's \
+             log-prob (the trainer's recompute before the step) minus the frozen teacher's: a \
+             sampled estimate of KL(π_S ‖ π_T) per token (null without rl.teacher)",
+        )
+        .unread(),
     ],
 };
 
@@ -316,7 +323,8 @@ const UPDATES_TAIL: &[Col] = &[
     f(
         "drift_flips_per_token",
         "mean number of layers whose expert set changed, per token",
-    ).unread(),
+    )
+    .unread(),
     f(
         "drift_router_frac",
         "share of (token, layer) routers whose expert set changed in the update: drift_flips_per_token / layers",
@@ -334,7 +342,8 @@ const UPDATES_TAIL: &[Col] = &[
         "drift_bias_expert_frac",
         "sigmoid_bias router: share of activated expert slots the bias update alone changed \
          (pre-step weights with the new bias vs the update forward); null otherwise",
-    ).unread(),
+    )
+    .unread(),
     f("t_update", "seconds in the update").unread(),
     f("t_probe", "seconds in the drift probe").unread(),
 ];

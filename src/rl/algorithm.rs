@@ -1,6 +1,7 @@
 //! The objectives' settings: one [`Algorithm`] variant per objective, its parameters inside,
 //! with documented defaults (the equations are in [`super::loss`]).
 
+pub use super::loss::opd::{GvpdConfig, OpdKlConfig, OpdPgConfig};
 use anyhow::{Result, ensure};
 use serde::{Deserialize, Serialize};
 
@@ -14,6 +15,12 @@ pub enum Algorithm {
     Gvpo(GvpoConfig),
     Cispo(CispoConfig),
     Gmpo(GmpoConfig),
+    /// On-policy distillation, GVPO's form (needs `rl.teacher`).
+    Gvpd(GvpdConfig),
+    /// On-policy distillation, token-level policy gradient (needs `rl.teacher`).
+    OpdPg(OpdPgConfig),
+    /// On-policy distillation, full-vocabulary KL / JSD_β (needs `rl.teacher`).
+    OpdKl(OpdKlConfig),
 }
 
 crate::named_enum! {
@@ -26,6 +33,9 @@ crate::named_enum! {
         Gvpo = "gvpo",
         Cispo = "cispo",
         Gmpo = "gmpo",
+        Gvpd = "gvpd",
+        OpdPg = "opd_pg",
+        OpdKl = "opd_kl",
     }
 }
 
@@ -38,6 +48,9 @@ impl Algorithm {
             Algorithm::Gvpo(_) => AlgorithmKind::Gvpo,
             Algorithm::Cispo(_) => AlgorithmKind::Cispo,
             Algorithm::Gmpo(_) => AlgorithmKind::Gmpo,
+            Algorithm::Gvpd(_) => AlgorithmKind::Gvpd,
+            Algorithm::OpdPg(_) => AlgorithmKind::OpdPg,
+            Algorithm::OpdKl(_) => AlgorithmKind::OpdKl,
         }
     }
 
@@ -54,6 +67,9 @@ impl Algorithm {
             AlgorithmKind::Gvpo => Algorithm::Gvpo(GvpoConfig::default()),
             AlgorithmKind::Cispo => Algorithm::Cispo(CispoConfig::default()),
             AlgorithmKind::Gmpo => Algorithm::Gmpo(GmpoConfig::default()),
+            AlgorithmKind::Gvpd => Algorithm::Gvpd(GvpdConfig::default()),
+            AlgorithmKind::OpdPg => Algorithm::OpdPg(OpdPgConfig::default()),
+            AlgorithmKind::OpdKl => Algorithm::OpdKl(OpdKlConfig::default()),
         }
     }
 
@@ -63,6 +79,29 @@ impl Algorithm {
             .iter()
             .map(|&k| Algorithm::default_of(k))
             .collect()
+    }
+
+    /// Whether the objective's loss has an importance ratio π_θ/π_old (GVPO's and GVPD's
+    /// squared losses and the full-vocabulary divergence have none).
+    pub fn has_ratio(&self) -> bool {
+        !matches!(
+            self,
+            Algorithm::Gvpo(_) | Algorithm::Gvpd(_) | Algorithm::OpdKl(_)
+        )
+    }
+
+    /// Whether the objective distils a teacher (and so needs `rl.teacher`).
+    pub fn needs_teacher(&self) -> bool {
+        matches!(
+            self,
+            Algorithm::Gvpd(_) | Algorithm::OpdPg(_) | Algorithm::OpdKl(_)
+        )
+    }
+
+    /// Whether the objective reads the student's and the teacher's full distributions over the
+    /// vocabulary (not only the sampled tokens' log-probs).
+    pub fn needs_teacher_logits(&self) -> bool {
+        matches!(self, Algorithm::OpdKl(_))
     }
 
     /// Coefficient of the k3 KL to the reference model (0 when the objective has none).
@@ -105,6 +144,9 @@ impl Algorithm {
                     && c.eps_high.is_finite(),
                 "gmpo log-space clip ranges need eps_low > 0, eps_high > 0"
             ),
+            Algorithm::Gvpd(c) => c.validate()?,
+            Algorithm::OpdPg(c) => c.validate()?,
+            Algorithm::OpdKl(c) => c.validate()?,
         }
         Ok(())
     }

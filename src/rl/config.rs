@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 
 pub use super::algorithm::{
     Aggregation, Algorithm, AlgorithmKind, CispoConfig, GmpoConfig, GrpoConfig, GspoConfig,
-    GvpoConfig,
+    GvpdConfig, GvpoConfig, OpdKlConfig, OpdPgConfig,
 };
+use super::teacher::TeacherConfig;
 
 crate::named_enum! {
     /// Which expert ids the trainer's forwards run (DESIGN §4 table).
@@ -210,6 +211,11 @@ macro_rules! rl_config {
             /// every step; an objective with a KL term needs the reference every step.
             #[serde(skip_serializing_if = "every_step")]
             pub kl_ref_every: usize,
+            /// The frozen teacher of on-policy distillation (see [`super::teacher`]): needed by
+            /// `gvpd`, `opd_pg` and `opd_kl`; with any other objective it is scored and logged
+            /// (`teacher_kl`) but not trained towards. Absent by default.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pub teacher: Option<TeacherConfig>,
         }
 
         impl Default for RlConfig {
@@ -241,6 +247,7 @@ macro_rules! rl_config {
                     measure_kl_ref: true,
                     probe_every: 1,
                     kl_ref_every: 1,
+                    teacher: None,
                 }
             }
         }
@@ -340,6 +347,7 @@ impl RlConfig {
     pub fn validate(&self) -> Result<()> {
         self.algorithm.validate()?;
         self.optimizer.validate()?;
+        super::teacher::validate_for(self.teacher.as_ref(), &self.algorithm)?;
         if let Some(m) = self.minibatch_prompts {
             ensure!(m >= 1, "minibatch_prompts must be at least 1");
             ensure!(
@@ -399,8 +407,9 @@ impl RlConfig {
                 r.floor
             );
             ensure!(
-                self.algorithm.kind() != AlgorithmKind::Gvpo,
-                "router_shift rescales importance ratios, and gvpo has none; use it with grpo, gspo, gspo_token, gmpo or cispo"
+                self.algorithm.has_ratio(),
+                "router_shift rescales importance ratios, and {} has none; use it with grpo, gspo, gspo_token, gmpo, cispo or opd_pg",
+                self.algorithm.name()
             );
         }
         self.validate_fixes_and_replay()?;

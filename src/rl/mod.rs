@@ -16,11 +16,13 @@ pub mod record;
 pub mod rollout;
 pub mod router_shift;
 pub mod step;
+pub mod teacher;
 
 pub use config::{
     AdvantageMode, Aggregation, Algorithm, AlgorithmKind, CispoConfig, DriftInjection, GmpoConfig,
-    GrpoConfig, GspoConfig, GvpoConfig, IcePopConfig, LrSchedule, MisConfig, MisLevel, Mismatch,
-    OldLogp, OpsmConfig, Pr2Config, ReplayThresholdConfig, RlConfig, RouterShiftConfig,
-    RoutingMode, TisConfig,
+    GrpoConfig, GspoConfig, GvpdConfig, GvpoConfig, IcePopConfig, LrSchedule, MisConfig, MisLevel,
+    Mismatch, OldLogp, OpdKlConfig, OpdPgConfig, OpsmConfig, Pr2Config, ReplayThresholdConfig,
+    RlConfig, RouterShiftConfig, RoutingMode, TisConfig,
 };
 pub use step::{StepOutput, Trainer, UpdateRecord};
+pub use teacher::TeacherConfig;

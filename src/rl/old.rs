@@ -23,6 +23,11 @@ pub(super) struct OldPass {
     pub used: Vec<Vec<u16>>,
     pub probs: Vec<Vec<f32>>,
     pub logp_ref: Option<Vec<f32>>,
+    /// The teacher's log-probs of the sampled tokens, when a teacher is set.
+    pub logp_teacher: Option<Vec<f32>>,
+    /// The teacher's logits of the response tokens `[n_tok, vocab]` (row-major), for the
+    /// full-vocabulary losses only.
+    pub teacher_logits: Option<Vec<f32>>,
     /// PR²: per MoE layer, the router inputs `[tokens, d_model]` (empty without PR²).
     pub inputs: Vec<Vec<f32>>,
     /// PR²: per MoE layer, the predicted routes the updates replay instead of `routes`.
@@ -43,14 +48,18 @@ pub(super) struct OldPolicy {
     pub entropy: f32,
     /// Per minibatch, per MoE layer: π_old's native routes.
     pub routes: Vec<Vec<Vec<u16>>>,
+    /// The teacher's log-probs of every sampled token, when a teacher is set.
+    pub logp_teacher: Option<Vec<f32>>,
 }
 
 /// π_old: one no-graph forward of `model` per micro-batch, before the first update, in exactly
 /// the layout and routing the updates will use, so minibatch 1 is exactly on-policy. The
-/// `reference` model's log-probs come from the same pass.
+/// `reference` model's log-probs come from the same pass, and so do the `teacher`'s, which
+/// routes natively whatever the student's routing mode (no forced routes, offsets or filter).
 pub(super) fn old_policy(
     model: &Model,
     reference: Option<&Model>,
+    teacher: Option<&Model>,
     cfg: &RlConfig,
     b: &Batch,
     predictor: Option<&Predictor>,
@@ -96,6 +105,17 @@ pub(super) fn old_policy(
         };
         let picked = logits.select(0, rows());
         let host = to_vec(picked.clone());
+        let (logp_teacher, teacher_logits) = match teacher {
+            Some(t) => {
+                let (logits, _) =
+                    t.forward_sharing(&mb.batch, &ForwardOptions::default(), mb.groups);
+                let picked = logits.select(0, rows());
+                let logp = to_vec(token_logp(picked.clone(), &mb.targets, temp));
+                let full = cfg.algorithm.needs_teacher_logits().then(|| to_vec(picked));
+                (Some(logp), full)
+            }
+            None => (None, None),
+        };
         OldPass {
             entropy_sum: entropy_sum(&host, model.cfg.vocab_size, temp),
             logp: to_vec(token_logp(picked, &mb.targets, temp)),
@@ -107,6 +127,8 @@ pub(super) fn old_policy(
                     r.forward_sharing(&mb.batch, &ForwardOptions::default(), mb.groups);
                 to_vec(token_logp(logits.select(0, rows()), &mb.targets, temp))
             }),
+            logp_teacher,
+            teacher_logits,
             inputs,
             predicted,
         }
@@ -118,11 +140,17 @@ pub(super) fn old_policy(
         .chunks(b.n_micro)
         .map(|c| concat_layers(c.iter().map(|o| &o.routes), n_layers))
         .collect();
+    let logp_teacher = teacher.map(|_| {
+        (passes.iter())
+            .flat_map(|o| o.logp_teacher.iter().flatten().copied())
+            .collect()
+    });
     OldPolicy {
         passes,
         logp,
         entropy,
         routes,
+        logp_teacher,
     }
 }
 

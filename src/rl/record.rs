@@ -66,6 +66,9 @@ pub struct StepOutput {
     /// Per response token of the rollout batch: rollout-engine and π_old log-probs.
     pub logp_mu: Vec<f32>,
     pub logp_old: Vec<f32>,
+    /// The teacher's log-probs of the same tokens (on-policy distillation), when a teacher is
+    /// set.
+    pub logp_teacher: Option<Vec<f32>>,
     /// Mean full-vocabulary entropy of π_old on the sampled positions.
     pub entropy: f32,
     /// Per MoE layer over the whole rollout layout `[tokens, k]`: rollout-engine routes

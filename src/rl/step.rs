@@ -6,8 +6,8 @@ use super::advantage::advantages;
 use super::config::{DriftInjection, OldLogp, RlConfig, RoutingMode};
 use super::correct::corrected_loss;
 use super::drift::{DriftWalk, calibrate_sigma};
-use super::loss::PolicyBatch;
 use super::loss::micro_share;
+use super::loss::{PolicyBatch, TeacherBatch};
 use super::micro::{Accumulated, Batch, MicroForward, accumulate, concat_layers};
 use super::old::{LayerRoutes, OldPolicy, native_and_probs, old_policy, routing};
 use super::predictor::Predictor;
@@ -33,6 +33,8 @@ pub struct Trainer {
     pub cfg: RlConfig,
     pub model: Model,
     pub reference: Option<Model>,
+    /// The frozen teacher of on-policy distillation ([`Trainer::with_teacher`]).
+    pub teacher: Option<Model>,
     pub task: Task,
     opt: AdamW,
     sample_rng: Xoshiro256PlusPlus,
@@ -96,6 +98,7 @@ impl Trainer {
             predictor,
             opt,
             reference,
+            teacher: None,
             task,
             model: model.inner(),
             sample_rng: Xoshiro256PlusPlus::seed_from_u64(derive_seed(seed, "rl-sample")),
@@ -107,6 +110,19 @@ impl Trainer {
             snapshots: std::collections::VecDeque::new(),
             cfg,
         })
+    }
+
+    /// The frozen teacher `rl.teacher` describes (trained or loaded by the caller, which holds
+    /// the cold-start cache): checked against the student's vocabulary; its QKV projections
+    /// are extended once, as the reference's, since its weights never change.
+    pub fn with_teacher(mut self, teacher: Model) -> Result<Self> {
+        super::teacher::check_vocab(&self.model.cfg, &teacher.cfg)?;
+        anyhow::ensure!(
+            self.cfg.teacher.is_some(),
+            "a teacher model was given but rl.teacher is not set"
+        );
+        self.teacher = Some(teacher.with_extended_qkv());
+        Ok(self)
     }
 
     /// Copies of the random streams the next rollout draws from (prompts and tokens; mismatch
@@ -143,11 +159,16 @@ impl Trainer {
         let moved = Transfers::now();
         let started = Instant::now();
         let b = Batch::new(ro, &cfg, self.model.cfg.top_k);
+        assert!(
+            cfg.teacher.is_none() || self.teacher.is_some(),
+            "rl.teacher is set: give the trainer its model with Trainer::with_teacher"
+        );
         let old = old_policy(
             &self.model,
             self.reference
                 .as_ref()
                 .filter(|_| cfg.reference_at(self.step)),
+            self.teacher.as_ref(),
             &self.cfg,
             &b,
             self.predictor.as_ref(),
@@ -178,6 +199,7 @@ impl Trainer {
             resp_lens: b.ro.generation.responses.iter().map(Vec::len).collect(),
             adv,
             logp_old: old.logp,
+            logp_teacher: old.logp_teacher,
             entropy: old.entropy,
             routes_old: concat_layers(old.routes.iter(), n_layers),
             routes_rollout: b.ro.generation.routes,
@@ -262,7 +284,13 @@ impl Trainer {
             ),
         );
         let rows_idx = ints(&mc.logit_rows, [mc.logit_rows.len()], &device);
-        let logp = token_logp(out.logits.select(0, rows_idx), &mc.targets, cfg.temperature);
+        let picked = out.logits.select(0, rows_idx);
+        let o = &old.passes[i];
+        let teacher = o.logp_teacher.clone().map(|logp| TeacherBatch {
+            logp,
+            logits: (o.teacher_logits.clone()).map(|t| (picked.clone(), t)),
+        });
+        let logp = token_logp(picked, &mc.targets, cfg.temperature);
         let mut logp_old = match cfg.old_logp {
             OldLogp::Recompute => old.logp[mc.tokens.clone()].to_vec(),
             OldLogp::Rollout => b.logp_mu[mc.tokens.clone()].to_vec(),
@@ -302,6 +330,7 @@ impl Trainer {
             seg: mc.seg.clone(),
             lens: mc.lens.clone(),
             group_size: cfg.group_size,
+            teacher,
         };
         let (ploss, mut stats) = corrected_loss(cfg, &mut pb);
         if let Some(g) = &shift {

@@ -136,11 +136,14 @@ pub fn tiny_rl(
     routing: driftlab::rl::RoutingMode,
 ) -> driftlab::rl::RlConfig {
     driftlab::rl::RlConfig {
-        algorithm: alg,
         routing,
         batch_prompts: 4,
         group_size: 4,
         minibatches: 2,
+        teacher: alg
+            .needs_teacher()
+            .then(driftlab::rl::TeacherConfig::default),
+        algorithm: alg,
         ..driftlab::rl::RlConfig::default()
     }
 }
@@ -189,7 +192,17 @@ pub fn warm_tiny() -> Model {
 }
 
 pub fn trainer(cfg: driftlab::rl::RlConfig, seed: u64) -> driftlab::rl::Trainer {
-    driftlab::rl::Trainer::new(cfg, warm_tiny(), short_sort(), seed).unwrap()
+    with_teacher_if_set(driftlab::rl::Trainer::new(cfg, warm_tiny(), short_sort(), seed).unwrap())
+}
+
+/// `t` with a teacher when its settings name one: a tiny model of its own (random) weights on
+/// the trainer's device and configuration (the tests' teachers are not trained).
+pub fn with_teacher_if_set(t: driftlab::rl::Trainer) -> driftlab::rl::Trainer {
+    if t.cfg.teacher.is_none() {
+        return t;
+    }
+    let teacher = Model::init(t.model.cfg.clone(), 77, &t.model.device());
+    t.with_teacher(teacher).unwrap()
 }
 
 /// `df` without its wall-clock columns (`t_*`, seconds).

@@ -19,6 +19,7 @@ fn batch() -> PolicyBatch {
         seg: vec![0, 0, 1, 1, 1],
         lens: vec![2, 3],
         group_size: 2,
+        teacher: None,
     }
 }
 

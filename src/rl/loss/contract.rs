@@ -35,6 +35,19 @@ pub struct PolicyBatch {
     /// Tokens per response, `[R]`, each ≥ 1.
     pub lens: Vec<usize>,
     pub group_size: usize,
+    /// What the frozen teacher scored on these tokens (on-policy distillation); none without
+    /// a teacher.
+    pub teacher: Option<TeacherBatch>,
+}
+
+/// The teacher's side of a [`PolicyBatch`] (see [`crate::rl::teacher`]).
+#[derive(Clone)]
+pub struct TeacherBatch {
+    /// log π_T of each response token at the rollout's temperature, `[n_tok]`, no graph.
+    pub logp: Vec<f32>,
+    /// For the full-vocabulary losses only: the student's logits of the response tokens
+    /// `[n_tok, vocab]` with graph, and the teacher's, row-major on the host.
+    pub logits: Option<(Tensor<2>, Vec<f32>)>,
 }
 
 /// Host-side quantities of one loss evaluation (values at the current parameters).
@@ -73,6 +86,16 @@ pub struct LossStats {
 }
 
 impl PolicyBatch {
+    /// The teacher's log-prob of each token; panics without a teacher (the config's
+    /// validation requires one for every distillation objective).
+    pub fn teacher_logp(&self) -> &[f32] {
+        &self
+            .teacher
+            .as_ref()
+            .expect("a distillation objective needs rl.teacher")
+            .logp
+    }
+
     pub fn n_tok(&self) -> usize {
         self.seg.len()
     }

@@ -8,7 +8,7 @@ pub mod gspo;
 pub mod gvpo;
 pub mod opd;
 
-pub use contract::{LossStats, PolicyBatch};
+pub use contract::{LossStats, PolicyBatch, TeacherBatch};
 
 use super::config::{Aggregation, Algorithm};
 use burn::tensor::Tensor;
@@ -22,12 +22,16 @@ pub fn policy_loss(alg: &Algorithm, batch: &PolicyBatch) -> (Tensor<1>, LossStat
         Algorithm::Gvpo(c) => gvpo::loss(c, batch),
         Algorithm::Cispo(c) => cispo::loss(c, batch),
         Algorithm::Gmpo(c) => gmpo::loss(c, batch),
+        Algorithm::Gvpd(c) => opd::gvpd::objective(c, batch, batch.teacher_logp()),
+        Algorithm::OpdPg(c) => opd::pg::objective(c, batch, batch.teacher_logp()),
+        Algorithm::OpdKl(c) => opd::jsd::objective(c, batch),
     }
 }
 
 /// Weight of a micro-batch's loss in the loss of its minibatch (`rows`, `tokens` in all): the
-/// share of the objective's averaging units it holds (tokens for CISPO and GRPO with `token_mean`,
-/// responses for everything else, which also covers GVPO's mean over equal-sized groups), so
+/// share of the objective's averaging units it holds (tokens for CISPO, full-vocabulary OPD and
+/// GRPO or PG-OPD with `token_mean`, responses for everything else, which also covers GVPO's
+/// and GVPD's mean over equal-sized groups), so
 /// that the weighted sum of the micro-batch losses is the minibatch loss, and the sum of their
 /// weighted gradients its gradient.
 pub fn micro_share(alg: &Algorithm, part: &PolicyBatch, rows: usize, tokens: usize) -> f32 {
@@ -35,7 +39,10 @@ pub fn micro_share(alg: &Algorithm, part: &PolicyBatch, rows: usize, tokens: usi
         Algorithm::Grpo(c) if c.aggregation == Aggregation::TokenMean => {
             part.n_tok() as f32 / tokens as f32
         }
-        Algorithm::Cispo(_) => part.n_tok() as f32 / tokens as f32,
+        Algorithm::OpdPg(c) if c.aggregation == Aggregation::TokenMean => {
+            part.n_tok() as f32 / tokens as f32
+        }
+        Algorithm::Cispo(_) | Algorithm::OpdKl(_) => part.n_tok() as f32 / tokens as f32,
         _ => part.n_resp() as f32 / rows as f32,
     }
 }

@@ -22,14 +22,21 @@ use crate::rl::config::GvpoConfig;
 use crate::rl::loss::contract::{LossStats, PolicyBatch};
 use crate::rl::loss::gvpo;
 use burn::tensor::Tensor;
+use serde::{Deserialize, Serialize};
 
-/// GVPD's settings.
-#[derive(Clone, Debug, PartialEq)]
+/// GVPD's settings (`algorithm = { kind = "gvpd", … }`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct GvpdConfig {
     /// Scale of the implicit reward β(log π_θ − log π_T); GVPO's default.
     pub beta: f64,
     /// Length exponent α of the weight `f_i = |y_i|^(−α)`: 0 is GVPD, 1 the per-token mean.
     pub alpha: f64,
+    /// Absent (default): GVPD, the teacher in place of the task's reward. Set: teacher-anchored
+    /// RL, GVPO on the task's reward plus λβ(t_i − a_i) ([`teacher_anchored`]; no length
+    /// weight, so α must stay 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lambda: Option<f64>,
 }
 
 impl Default for GvpdConfig {
@@ -37,16 +44,55 @@ impl Default for GvpdConfig {
         GvpdConfig {
             beta: 0.1,
             alpha: 0.0,
+            lambda: None,
+        }
+    }
+}
+
+impl GvpdConfig {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.beta > 0.0 && self.beta.is_finite(),
+            "gvpd.beta must be > 0 (it is {})",
+            self.beta
+        );
+        anyhow::ensure!(
+            self.alpha >= 0.0 && self.alpha.is_finite(),
+            "gvpd.alpha must be >= 0 (it is {})",
+            self.alpha
+        );
+        if let Some(l) = self.lambda {
+            anyhow::ensure!(
+                l >= 0.0 && l.is_finite(),
+                "gvpd.lambda must be >= 0 (it is {l})"
+            );
+            anyhow::ensure!(
+                self.alpha == 0.0,
+                "gvpd.lambda (teacher-anchored RL) is GVPO on an anchored reward, which has no \
+                 length weight: drop gvpd.alpha or gvpd.lambda"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The objective `gvpd`: GVPD, or teacher-anchored RL when `c.lambda` is set.
+pub fn objective(
+    c: &GvpdConfig,
+    batch: &PolicyBatch,
+    logp_teacher: &[f32],
+) -> (Tensor<1>, LossStats) {
+    match c.lambda {
+        None => loss(c, batch, logp_teacher),
+        Some(lambda) => {
+            let g = GvpoConfig { beta: c.beta };
+            teacher_anchored(&g, lambda, batch, logp_teacher)
         }
     }
 }
 
 /// GVPD's loss (a `[1]` tensor with graph) and GVPO's statistics (ratios against π_old).
-pub fn loss(
-    c: &GvpdConfig,
-    batch: &PolicyBatch,
-    logp_teacher: &[f32],
-) -> (Tensor<1>, LossStats) {
+pub fn loss(c: &GvpdConfig, batch: &PolicyBatch, logp_teacher: &[f32]) -> (Tensor<1>, LossStats) {
     assert_eq!(
         logp_teacher.len(),
         batch.n_tok(),

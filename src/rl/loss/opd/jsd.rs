@@ -15,10 +15,14 @@
 //! `trl/experimental/distillation/distillation_trainer.py` L104–145 (`_jsd_divergence`).
 
 use crate::kernels::log_softmax;
+use crate::rl::loss::contract::{LossStats, PolicyBatch};
+use crate::util::tensors::floats;
 use burn::tensor::Tensor;
+use serde::{Deserialize, Serialize};
 
-/// The divergence's settings.
-#[derive(Clone, Debug, PartialEq)]
+/// The divergence's settings (`algorithm = { kind = "opd_kl", … }`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct OpdKlConfig {
     /// Weight β of the teacher in the mixture: 1 reverse KL, 0 forward KL (TRL's `beta`).
     pub beta: f64,
@@ -34,6 +38,55 @@ impl Default for OpdKlConfig {
             temperature: 1.0,
         }
     }
+}
+
+impl OpdKlConfig {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&self.beta),
+            "opd_kl.beta must lie in [0, 1] (1 reverse KL, 0 forward KL; it is {})",
+            self.beta
+        );
+        anyhow::ensure!(
+            self.temperature > 0.0 && self.temperature.is_finite(),
+            "opd_kl.temperature must be > 0 (it is {})",
+            self.temperature
+        );
+        Ok(())
+    }
+}
+
+/// The objective `opd_kl` on a batch that carries the student's logits and the teacher's
+/// (see [`TeacherBatch::logits`]), with the statistics every objective reports (ratios
+/// against π_old; nothing is clipped). The stability fixes' mask weights each token's
+/// divergence; an importance weight (TIS) has nothing to correct in a direct loss and is
+/// ignored (as TRL's trainers, which have no engine ratio).
+pub fn objective(c: &OpdKlConfig, batch: &PolicyBatch) -> (Tensor<1>, LossStats) {
+    let (student, teacher) = batch
+        .teacher
+        .as_ref()
+        .and_then(|t| t.logits.as_ref())
+        .expect("opd_kl needs the student's and the teacher's logits");
+    let [n_tok, vocab] = student.dims();
+    let teacher = floats(teacher.clone(), [n_tok, vocab], &student.device());
+    let per_tok = divergence(c, student.clone(), teacher);
+    let loss = match &batch.fixes.mask {
+        Some(m) => (per_tok * batch.constant(m.clone())).sum() / n_tok as f32,
+        None => per_tok.sum() / n_tok as f32,
+    };
+    let logp = batch.logp_host();
+    let (ratio_tok, ratio_seq) = batch.ratios(&logp);
+    let stats = LossStats {
+        loss_policy: crate::util::tensors::scalar(loss.clone().inner()),
+        clip_low: vec![false; batch.n_tok()],
+        clip_high: vec![false; batch.n_tok()],
+        clip_seq: vec![false; batch.n_resp()],
+        ratio_tok,
+        ratio_seq,
+        logp,
+        ..LossStats::default()
+    };
+    (loss, stats)
 }
 
 /// The mean over response tokens of the divergence, a `[1]` tensor with graph through the
@@ -52,6 +105,11 @@ pub fn loss(c: &OpdKlConfig, student_logits: Tensor<2>, teacher_logits: Tensor<2
         "student and teacher logits differ in shape [tokens, vocab]: they must share a tokenizer"
     );
     assert!((0.0..=1.0).contains(&c.beta), "JSD β must lie in [0, 1]");
+    divergence(c, student_logits, teacher_logits).sum() / n_tok as f32
+}
+
+/// The divergence of each token, `[n_tok]`, with graph through the student's logits.
+fn divergence(c: &OpdKlConfig, student_logits: Tensor<2>, teacher_logits: Tensor<2>) -> Tensor<1> {
     let temp = c.temperature as f32;
     let ls = log_softmax(student_logits / temp, 1);
     let lt = log_softmax(teacher_logits.detach() / temp, 1);
@@ -67,7 +125,7 @@ pub fn loss(c: &OpdKlConfig, student_logits: Tensor<2>, teacher_logits: Tensor<2
         let lm = top.clone() + ((a - top.clone()).exp() + (b - top).exp()).log();
         kl_terms(lt, lm.clone()) * c.beta as f32 + kl_terms(ls, lm) * (1.0 - c.beta) as f32
     };
-    per_entry.sum() / n_tok as f32
+    per_entry.sum_dim(1).squeeze_dim(1)
 }
 
 /// The terms `p(v)(log p(v) − log q(v))` of KL(p ‖ q), `[n_tok, vocab]`.

@@ -1,7 +1,9 @@
 //! On-policy distillation (OPD): the student samples, a frozen teacher scores what it sampled.
-//! Three objectives, each a pure function of log-probs or logits (not yet in the algorithm
-//! registry: they need a teacher model in the rollout). The sources, their commits and the
-//! checked test vectors are in `docs/opd_sources.md`.
+//! Three objectives, `gvpd`, `opd_pg` and `opd_kl` in the algorithm registry, each a pure
+//! function of log-probs or logits with an `objective` that reads them from a
+//! [`super::PolicyBatch`] carrying the teacher's side ([`super::TeacherBatch`], filled by the
+//! π_old pass from `rl.teacher`, see [`crate::rl::teacher`]). The sources, their commits and
+//! the checked test vectors are in `docs/opd_sources.md`.
 //!
 //! - [`gvpd`]: GVPO's squared loss with the teacher as the implicit reward's anchor (GVPO++),
 //!   its length-weighted family, and teacher-anchored RL through GVPO itself.

@@ -23,9 +23,11 @@ use crate::rl::config::Aggregation;
 use crate::rl::loss::contract::{LossStats, PolicyBatch, clipped};
 use crate::rl::loss::grpo::clipped_surrogate_adv;
 use burn::tensor::Tensor;
+use serde::{Deserialize, Serialize};
 
 /// Whose log-probs of the sampled tokens the teacher is compared with.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum OpdStudent {
     /// π_old, the trainer's recompute (slime, the issue).
     #[default]
@@ -34,8 +36,10 @@ pub enum OpdStudent {
     Engine,
 }
 
-/// The surrogate the per-token advantages go into.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// The surrogate the per-token advantages go into: `form = "importance_sampling"` or
+/// `form = { ppo = { eps_low = 0.2, eps_high = 0.28 } }`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum PgForm {
     /// `−w·A` (tinker's default loss).
     ImportanceSampling,
@@ -43,8 +47,9 @@ pub enum PgForm {
     Ppo { eps_low: f64, eps_high: f64 },
 }
 
-/// PG-OPD's settings.
-#[derive(Clone, Debug, PartialEq)]
+/// PG-OPD's settings (`algorithm = { kind = "opd_pg", … }`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct OpdPgConfig {
     /// Weight λ of the KL reward (tinker's `kl_penalty_coef`, slime's `--opd-kl-coef`).
     pub lambda: f64,
@@ -53,6 +58,10 @@ pub struct OpdPgConfig {
     pub form: PgForm,
     pub aggregation: Aggregation,
     pub student: OpdStudent,
+    /// Add the task's group advantage (GRPO's, from the rewards) to the teacher's per-token
+    /// reward; false (default) distils the teacher alone. The pure functions below always
+    /// read the batch's advantages; [`objective`] zeroes them when this is false.
+    pub env_advantage: bool,
 }
 
 impl Default for OpdPgConfig {
@@ -63,8 +72,47 @@ impl Default for OpdPgConfig {
             form: PgForm::ImportanceSampling,
             aggregation: Aggregation::TokenMean,
             student: OpdStudent::Old,
+            env_advantage: false,
         }
     }
+}
+
+impl OpdPgConfig {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.lambda >= 0.0 && self.lambda.is_finite(),
+            "opd_pg.lambda must be >= 0 (it is {})",
+            self.lambda
+        );
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&self.gamma),
+            "opd_pg.gamma must lie in [0, 1] (it is {})",
+            self.gamma
+        );
+        if let PgForm::Ppo { eps_low, eps_high } = self.form {
+            anyhow::ensure!(
+                (0.0..1.0).contains(&eps_low) && eps_high >= 0.0 && eps_high.is_finite(),
+                "opd_pg.form.ppo needs 0 <= eps_low < 1 and eps_high >= 0"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The objective `opd_pg`: PG-OPD on the teacher's reward alone (the task's group advantage
+/// set to 0: tinker-cookbook's on-policy distillation), or added to GRPO's advantage with
+/// `env_advantage = true`.
+pub fn objective(
+    c: &OpdPgConfig,
+    batch: &PolicyBatch,
+    logp_teacher: &[f32],
+) -> (Tensor<1>, LossStats) {
+    if c.env_advantage {
+        return loss(c, batch, logp_teacher);
+    }
+    let mut own = batch.clone();
+    own.adv.iter_mut().for_each(|a| *a = 0.0);
+    loss(c, &own, logp_teacher)
 }
 
 /// The per-token advantages `A_env − λ D`, `[n_tok]` (computed in f64).
@@ -96,11 +144,7 @@ pub fn advantages(c: &OpdPgConfig, batch: &PolicyBatch, logp_teacher: &[f32]) ->
 
 /// PG-OPD's loss (a `[1]` tensor with graph) and its statistics; the stability fixes weigh each
 /// token's loss, as in GRPO.
-pub fn loss(
-    c: &OpdPgConfig,
-    batch: &PolicyBatch,
-    logp_teacher: &[f32],
-) -> (Tensor<1>, LossStats) {
+pub fn loss(c: &OpdPgConfig, batch: &PolicyBatch, logp_teacher: &[f32]) -> (Tensor<1>, LossStats) {
     let adv = advantages(c, batch, logp_teacher);
     let w = (batch.logp.clone() - batch.constant(batch.logp_old.clone())).exp();
     let tis_weight = batch.tok_weight();
