@@ -1,7 +1,7 @@
 //! RL configuration: the objective, the routing mode, the rollout engine and the update loop.
 //! Every open choice is a field here with its documented default.
 
-pub use super::fix_settings::{Pr2Config, ReplayThresholdConfig};
+pub use super::fix_settings::{Pr2Config, Pr2Gates, ReplayThresholdConfig};
 use super::fixes::On;
 pub use super::fixes::mis::MisLevel;
 pub use super::fixes::{IcePopConfig, MisConfig, OpsmConfig, TisConfig};

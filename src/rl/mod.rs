@@ -20,7 +20,7 @@ pub mod step;
 pub use config::{
     AdvantageMode, Aggregation, Algorithm, AlgorithmKind, CispoConfig, DriftInjection, GmpoConfig,
     GrpoConfig, GspoConfig, GvpoConfig, IcePopConfig, LrSchedule, MisConfig, MisLevel, Mismatch,
-    OldLogp, OpsmConfig, Pr2Config, ReplayThresholdConfig, RlConfig, RouterShiftConfig,
+    OldLogp, OpsmConfig, Pr2Config, Pr2Gates, ReplayThresholdConfig, RlConfig, RouterShiftConfig,
     RoutingMode, TisConfig,
 };
 pub use step::{StepOutput, Trainer, UpdateRecord};

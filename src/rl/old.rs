@@ -10,7 +10,7 @@ use super::micro::{Batch, concat_layers};
 use super::predictor::Predictor;
 use crate::model::{ForwardOptions, LayerRouting, Model, RoutingTrace, token_logp};
 use crate::util::parallel::par_map;
-use crate::util::tensors::{ints, to_vec};
+use crate::util::tensors::{floats, ints, to_vec};
 use burn::tensor::Tensor;
 
 /// What the π_old pass computed for one micro-batch.
@@ -75,21 +75,37 @@ pub(super) fn old_policy(
         let used = traces.iter().map(|t| t.used.clone()).collect();
         let inputs: Vec<Vec<f32>> = traces.iter_mut().filter_map(|t| t.input.take()).collect();
         let (routes, probs) = native_and_probs(traces);
-        let predicted: Option<Vec<Vec<u16>>> = predictor.map(|p| {
-            inputs
-                .iter()
-                .zip(&probs)
-                .enumerate()
-                .map(|(l, (h, pr))| p.routes(l, h, pr))
-                .collect()
-        });
+        // PR²: per MoE layer, the predicted routes and (gates = "shifted") the router-logit
+        // offset h W_p of π_old's pass.
+        let (predicted, offsets): (Option<Vec<Vec<u16>>>, Option<Vec<Option<Vec<f32>>>>) =
+            match predictor {
+                Some(p) => {
+                    let (r, o) = (inputs.iter().zip(&probs).enumerate())
+                        .map(|(l, (h, pr))| p.old_pass(l, h, pr))
+                        .unzip();
+                    (Some(r), Some(o))
+                }
+                None => (None, None),
+            };
         // PR²: the updates replay the predicted routes, so π_old's log-probs are those of a
         // second pass on exactly those routes (the authors' implementation routes π_old's pass
-        // through the prediction); minibatch 1 stays on-policy. Native routes, router
-        // distributions and inputs stay the first pass's.
+        // through the prediction), its gates from the shifted logits (`gates = "shifted"`, the
+        // authors') or the unshifted router's (`"native"`, minibatch 1 exactly on-policy).
+        // Native routes, router distributions and inputs stay the first pass's.
         let logits = match &predicted {
             Some(pred) => {
-                let opts = routing(n_layers, Some(pred), None, None, false);
+                let e = model.cfg.n_experts;
+                let offsets: Option<Vec<Tensor<2>>> = offsets.and_then(|o| {
+                    o.into_iter()
+                        .map(|x| {
+                            x.map(|x| {
+                                let t = x.len() / e;
+                                floats(x, [t, e], &device)
+                            })
+                        })
+                        .collect()
+                });
+                let opts = routing(n_layers, Some(pred), offsets, None, false);
                 inner.forward_sharing(&mb.batch, &opts, mb.groups).0
             }
             None => logits,
