@@ -303,6 +303,8 @@ fn masking_corrections_mask_only_under_a_mismatch_and_an_all_masked_minibatch_is
         cfg.icepop = Some(IcePopConfig::default());
         cfg.mis = Some(MisConfig::default());
         cfg.opsm = Some(OpsmConfig::default());
+        // IcePop and MIS both weigh by the engine ratio: stacking them is declared.
+        cfg.allow_stacked_engine_ratio = true;
         cfg
     };
     for alg in Algorithm::all_defaults() {

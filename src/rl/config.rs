@@ -178,6 +178,11 @@ macro_rules! rl_config {
                 #[serde(skip_serializing_if = "super::fixes::unwritten")]
                 pub $key: Option<super::fixes::$fix>,
             )*
+            /// Declares that the fixes on may stack engine-ratio weights (two of tis, icepop, mis:
+            /// see [`super::fixes::check_stacking`]); refused without it. Left out of a written
+            /// config when false, so configs from before this key read the same.
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            pub allow_stacked_engine_ratio: bool,
             /// Threshold-filtered Routing Replay (r2 and r3 only): see [`ReplayThresholdConfig`].
             #[serde(skip_serializing_if = "Option::is_none")]
             pub replay_threshold: Option<ReplayThresholdConfig>,
@@ -229,6 +234,7 @@ macro_rules! rl_config {
                     mismatch: Mismatch::None,
                     advantage: AdvantageMode::MeanStd,
                     $($key: None,)*
+                    allow_stacked_engine_ratio: false,
                     replay_threshold: None,
                     pr2: None,
                     router_shift: None,
@@ -310,6 +316,7 @@ impl RlConfig {
         for fix in self.fixes().into_iter().flatten() {
             fix.validate()?;
         }
+        super::fixes::check_stacking(&self.fixes(), self.allow_stacked_engine_ratio)?;
         if let Some(t) = &self.replay_threshold {
             ensure!(
                 (0.0..=1.0).contains(&t.ratio),

@@ -49,6 +49,7 @@ impl Fix for MisConfig {
         column: "mis_masked_frac",
         doc: "share of the minibatch's tokens masked importance sampling masked (every token of a response masked at sequence level; null when off)",
     });
+    const ENGINE_RATIO: bool = true;
 
     fn validate(&self) -> Result<()> {
         check_band("mis", self.low, self.high)
