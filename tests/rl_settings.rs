@@ -345,6 +345,7 @@ fn masking_corrections_mask_only_under_a_mismatch_and_an_all_masked_minibatch_is
         level: MisLevel::Sequence,
         low: 1.0 - 1e-9,
         high: 1.0 + 1e-9,
+        veto: None,
     });
     let mut t = trainer(noisy, 2);
     let before = t.model.clone();
