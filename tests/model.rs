@@ -149,6 +149,87 @@ fn gates_match_hand_computed_values_native_and_forced() {
     assert_eq!(forced.trace.used, forced_ids.to_vec());
 }
 
+/// PR²'s π_old pass on the hand layer, with W_p moving token 0's logits by h·W_p = (ln 6, 0, 0)
+/// (token 1's by nothing). Shifted logits of token 0: (ln 6, ln 2, ln 3), p̂ = (6, 2, 3)/11, so
+/// both forms force the predicted top-2 {0, 2}. The authors' form (`gates = "shifted"`, the
+/// default: Megatron's `routing(logits + h W_p)`) takes the gates from the shifted softmax at
+/// {0, 2}: 6/11, 3/11, renormalised 2/3, 1/3, so token 0's output is (1·2/3 + 3·1/3)·base =
+/// 5/3·base (raw, without `norm_topk`: 15/11), and the pass's own top-k of the shifted logits is
+/// the predicted one. The native form keeps the unshifted router's gates at {0, 2}: 1/6, 3/6 →
+/// 1/4, 3/4, i.e. 5/2·base (raw 10/6), driftlab's earlier π_old. Token 1 (no shift, top-2
+/// {0, 1}: 3/4, 1/4) gives 5/4·base in both (raw 1).
+#[test]
+fn pr2_old_pass_gates_are_the_shifted_routers_in_the_authors_form_and_the_live_ones_in_native() {
+    use driftlab::rl::predictor::Predictor;
+    use driftlab::rl::{Pr2Config, Pr2Gates};
+    for norm_topk in [true, false] {
+        let (cfg, w, x) = hand_layer(norm_topk);
+        let base = to_vec(swiglu(&w.experts[0], x.clone()));
+        let h = to_vec(x.clone());
+        let active = [true, true];
+        let old = moe_forward(&w, &cfg, x.clone(), &active, LayerRouting::default(), true);
+        let probs = old.trace.probs.clone().unwrap();
+        let run = |gates: Pr2Gates| {
+            let mut p = Predictor::new(
+                1,
+                2,
+                3,
+                2,
+                &Pr2Config {
+                    gates,
+                    ..Pr2Config::default()
+                },
+            );
+            p.w[0] = vec![6f32.ln(), 0.0, 0.0, 0.0, 0.0, 0.0];
+            let (routes, offset) = p.old_pass(0, &h, &probs);
+            assert_eq!(routes, vec![0, 2, 0, 1], "{gates}: the predicted top-2");
+            assert_eq!(offset.is_some(), gates == Pr2Gates::Shifted, "{gates}");
+            let routing = LayerRouting {
+                forced: Some(&routes),
+                logit_offset: offset.map(|o| floats(o, [2, 3], &flex())),
+                ..LayerRouting::default()
+            };
+            let o = moe_forward(&w, &cfg, x.clone(), &active, routing, true);
+            assert_eq!(o.trace.used, routes, "{gates}: the predicted experts run");
+            (to_vec(o.out), o.trace)
+        };
+        let (shifted, trace) = run(Pr2Gates::Shifted);
+        assert_eq!(
+            trace.native,
+            vec![0, 2, 0, 1],
+            "routing(logits + h W_p) picks the predicted experts itself"
+        );
+        let p0: Vec<f32> = trace.probs.unwrap()[..3].to_vec();
+        let want_p0 = [6.0 / 11.0, 2.0 / 11.0, 3.0 / 11.0];
+        assert!(
+            p0.iter().zip(want_p0).all(|(a, b)| (a - b).abs() < 1e-6),
+            "the pass's router distribution is the shifted softmax: {p0:?}"
+        );
+        let (native, _) = run(Pr2Gates::Native);
+        let want = |shift: bool| -> [f32; 2] {
+            match (shift, norm_topk) {
+                (true, true) => [5.0 / 3.0, 5.0 / 4.0],
+                (false, true) => [5.0 / 2.0, 5.0 / 4.0],
+                (true, false) => [15.0 / 11.0, 1.0],
+                (false, false) => [10.0 / 6.0, 1.0],
+            }
+        };
+        for (out, shift) in [(&shifted, true), (&native, false)] {
+            for tok in 0..2 {
+                for j in 0..2 {
+                    let (got, b) = (out[tok * 2 + j], base[tok * 2 + j]);
+                    let c = want(shift)[tok];
+                    assert!(
+                        (got - c * b).abs() < 1e-6,
+                        "norm_topk {norm_topk}, shifted {shift}, token {tok}: {got} vs {}",
+                        c * b
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn raw_gates_without_renormalisation() {
     let (cfg, w, x) = hand_layer(false);

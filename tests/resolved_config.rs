@@ -558,7 +558,7 @@ fn masking_corrections_are_rl_keys_and_misspellings_name_the_key() {
     let ok = format!(
         "{HEAD}[rl]\nicepop = {{ low = 0.5, high = 5.0 }}\n\
          mis = {{ level = 'geometric', low = 0.999, high = 1.001 }}\n\
-         opsm = {{ threshold = 0.5 }}\n{ARM}\
+         opsm = {{ threshold = 0.5 }}\nallow_stacked_engine_ratio = true\n{ARM}\
          [[arms]]\nname = 'b'\nalgorithm = {{ kind = 'gspo' }}\nrl = {{ mis = {{ level = 'token' }} }}\n"
     );
     let cells = ExperimentSpec::from_toml(&ok, "x.toml")
@@ -589,4 +589,53 @@ fn masking_corrections_are_rl_keys_and_misspellings_name_the_key() {
     assert!(e.contains("icepop") && e.contains("contain 1"), "{e}");
     let e = err(&format!("{HEAD}[rl]\nopsm = {{ threshold = -1.0 }}\n{ARM}"));
     assert!(e.contains("opsm.threshold"), "{e}");
+}
+
+/// Two fixes that weigh tokens by the same engine ratio (tis with icepop or mis, icepop with
+/// mis) are refused unless the spec declares the stacking, with the reason in the error; one
+/// such fix with opsm (which weighs by no engine ratio) needs no declaration.
+#[test]
+fn stacked_engine_ratio_fixes_are_refused_unless_declared() {
+    for (a, b) in [("tis", "icepop"), ("tis", "mis"), ("icepop", "mis")] {
+        let fixes = format!("{a} = {{}}\n{b} = {{}}\n");
+        let e = err(&format!("{HEAD}[rl]\n{fixes}{ARM}"));
+        assert!(
+            e.contains(&format!("{a} and {b}"))
+                && e.contains("same engine ratio")
+                && e.contains("twice")
+                && e.contains("allow_stacked_engine_ratio = true"),
+            "{e}"
+        );
+        // Stacked by an arm on top of [rl]'s fix: refused too.
+        let e = err(&format!(
+            "{HEAD}[rl]\n{a} = {{}}\n{ARM}rl = {{ {b} = {{}} }}\n"
+        ));
+        assert!(e.contains(&format!("{a} and {b}")), "{e}");
+        let cells = ExperimentSpec::from_toml(
+            &format!("{HEAD}[rl]\n{fixes}allow_stacked_engine_ratio = true\n{ARM}"),
+            "x.toml",
+        )
+        .unwrap()
+        .resolve("flex")
+        .unwrap();
+        assert!(cells[0].rl.allow_stacked_engine_ratio);
+        let on = cells[0].rl.fixes().iter().filter(|f| f.is_some()).count();
+        assert_eq!(on, 2, "{a} and {b} on, as declared");
+        let written = serde_json::to_value(&cells[0].rl).unwrap();
+        assert_eq!(written["allow_stacked_engine_ratio"], true);
+    }
+    for one in ["tis", "icepop", "mis"] {
+        let cells = ExperimentSpec::from_toml(
+            &format!("{HEAD}[rl]\n{one} = {{}}\nopsm = {{}}\n{ARM}"),
+            "x.toml",
+        )
+        .unwrap()
+        .resolve("flex")
+        .unwrap();
+        let written = serde_json::to_value(&cells[0].rl).unwrap();
+        assert!(
+            written.get("allow_stacked_engine_ratio").is_none(),
+            "left out when false, so older configs read the same"
+        );
+    }
 }

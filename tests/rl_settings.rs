@@ -303,6 +303,8 @@ fn masking_corrections_mask_only_under_a_mismatch_and_an_all_masked_minibatch_is
         cfg.icepop = Some(IcePopConfig::default());
         cfg.mis = Some(MisConfig::default());
         cfg.opsm = Some(OpsmConfig::default());
+        // IcePop and MIS both weigh by the engine ratio: stacking them is declared.
+        cfg.allow_stacked_engine_ratio = true;
         cfg
     };
     for alg in Algorithm::all_defaults() {
@@ -343,6 +345,7 @@ fn masking_corrections_mask_only_under_a_mismatch_and_an_all_masked_minibatch_is
         level: MisLevel::Sequence,
         low: 1.0 - 1e-9,
         high: 1.0 + 1e-9,
+        veto: None,
     });
     let mut t = trainer(noisy, 2);
     let before = t.model.clone();
@@ -394,17 +397,32 @@ fn threshold_replay_at_ratio_zero_is_r2_and_replaces_nothing_on_policy() {
     );
 }
 
-/// PR²: zero-initialised predictors make the first step exactly r2's; its predictors train on
-/// every minibatch after the first, and then move the routes; it needs r2 and a softmax router.
+/// PR²: zero-initialised predictors make the first step exactly r2's (in both gate forms); its
+/// predictors train on every minibatch after the first, and then move the routes; it needs r2
+/// and a softmax router. π_old replays the predicted routes: with `gates = "native"` on the
+/// unshifted router's gates, so minibatch 1 stays exactly on-policy; with the authors' form
+/// (`"shifted"`, the default) on the shifted router's gates, which the updates do not carry, so
+/// once W_p ≠ 0 minibatch 1's ratios move off 1 on the same rollouts and the same routes.
 #[test]
 fn pr2_starts_as_r2_and_its_predictors_learn() {
-    use driftlab::rl::Pr2Config;
+    use driftlab::rl::{Pr2Config, Pr2Gates};
     let r2 = grpo(RoutingMode::R2);
     let mut pr2 = r2.clone();
     pr2.pr2 = Some(Pr2Config::default());
+    assert_eq!(
+        Pr2Config::default().gates,
+        Pr2Gates::Shifted,
+        "the authors' form"
+    );
+    let mut native_cfg = r2.clone();
+    native_cfg.pr2 = Some(Pr2Config {
+        gates: Pr2Gates::Native,
+        ..Pr2Config::default()
+    });
     let mut a = trainer(r2, 5);
     let mut b = trainer(pr2, 5);
-    let (x, y) = (a.step(), b.step());
+    let mut c = trainer(native_cfg, 5);
+    let (x, y, z) = (a.step(), b.step(), c.step());
     assert_eq!(x.rewards, y.rewards);
     for (u, v) in x.updates.iter().zip(&y.updates) {
         assert_eq!(
@@ -413,6 +431,9 @@ fn pr2_starts_as_r2_and_its_predictors_learn() {
         );
         assert_eq!(v.pr2_loss.is_some(), v.minibatch > 0);
         assert!(u.pr2_loss.is_none());
+    }
+    for (v, w) in y.updates.iter().zip(&z.updates) {
+        assert_eq!(v.stats.ratio_tok, w.stats.ratio_tok, "W_p = 0: no shift");
     }
     assert!(
         y.updates[1..].iter().all(|u| u.pr2_loss.unwrap() > 0.0),
@@ -423,11 +444,25 @@ fn pr2_starts_as_r2_and_its_predictors_learn() {
         w.iter().flatten().any(|&x| x != 0.0),
         "the predictors trained"
     );
+    assert_eq!(w, &c.predictor.as_ref().unwrap().w, "the same first step");
+    // Step 2 of both forms: the same rollouts and the same predicted routes; only π_old's gates
+    // differ.
+    let (s, n) = (b.step(), c.step());
+    assert_eq!(s.rewards, n.rewards);
+    assert_eq!(s.updates[0].routes_used, n.updates[0].routes_used);
+    assert!(
+        n.updates[0].stats.ratio_tok.iter().all(|&r| r == 1.0),
+        "native gates: minibatch 1 replays exactly what π_old ran"
+    );
+    assert!(
+        s.updates[0].stats.ratio_tok.iter().any(|&r| r != 1.0),
+        "shifted gates: π_old's gates carry h W_p, the updates' do not"
+    );
     // Once the predictions move routes, π_old's log-probs are those of the predicted routes
-    // the updates replay: minibatch 1 stays exactly on-policy.
+    // the updates replay: with native gates, minibatch 1 stays exactly on-policy.
     let mut moved = false;
     for _ in 0..4 {
-        let o = b.step();
+        let o = c.step();
         let first = &o.updates[0];
         moved |= first
             .routes_before

@@ -174,6 +174,9 @@ fn bench_rl_config(probe: bool, parts: usize, extra: &str) -> crate::rl::RlConfi
         cfg.set_fix(key, serde_json::json!({}))
             .expect("a fix's defaults read");
     }
+    // A row that names several fixes prices their work together (icepop+mis stack their
+    // engine-ratio weights): the stacking is declared.
+    cfg.allow_stacked_engine_ratio = true;
     cfg
 }
 

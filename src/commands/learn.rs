@@ -51,6 +51,10 @@ pub struct LearnArgs {
     /// `src/rl/fixes/` (tis, icepop, mis, opsm, …); an unknown one's error lists them.
     #[arg(long = "fix", value_name = "FIX")]
     pub fixes: Vec<String>,
+    /// Declare that the fixes given may stack their engine-ratio weights (two of tis, icepop,
+    /// mis; refused without it: `[rl] allow_stacked_engine_ratio`).
+    #[arg(long)]
+    pub allow_stacked_engine_ratio: bool,
     /// Threshold-filtered replay (with `--routing r2` or `r3`): a replayed expert scoring
     /// below this × the weakest live top-k score is replaced by a live choice.
     #[arg(long)]
@@ -93,6 +97,9 @@ fn label(a: &LearnArgs) -> String {
     }
     for f in &a.fixes {
         s += &format!(" +{}", f.replace(' ', ""));
+    }
+    if a.allow_stacked_engine_ratio {
+        s += " +allow_stacked_engine_ratio";
     }
     if let Some(r) = a.replay_threshold {
         s += &format!(" +replay_threshold={r}");
@@ -137,6 +144,7 @@ fn rl_config(a: &LearnArgs) -> Result<RlConfig> {
             .map(|ratio| ReplayThresholdConfig { ratio }),
         pr2: a.pr2.then(Pr2Config::default),
         teacher: teacher_config(a),
+        allow_stacked_engine_ratio: a.allow_stacked_engine_ratio,
         ..RlConfig::default()
     };
     cfg.optimizer.lr = a.lr;

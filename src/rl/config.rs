@@ -1,7 +1,7 @@
 //! RL configuration: the objective, the routing mode, the rollout engine and the update loop.
 //! Every open choice is a field here with its documented default.
 
-pub use super::fix_settings::{Pr2Config, ReplayThresholdConfig};
+pub use super::fix_settings::{Pr2Config, Pr2Gates, ReplayThresholdConfig};
 use super::fixes::On;
 pub use super::fixes::mis::MisLevel;
 pub use super::fixes::{IcePopConfig, MisConfig, OpsmConfig, TisConfig};
@@ -179,6 +179,11 @@ macro_rules! rl_config {
                 #[serde(skip_serializing_if = "super::fixes::unwritten")]
                 pub $key: Option<super::fixes::$fix>,
             )*
+            /// Declares that the fixes on may stack engine-ratio weights (two of tis, icepop, mis:
+            /// see [`super::fixes::check_stacking`]); refused without it. Left out of a written
+            /// config when false, so configs from before this key read the same.
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            pub allow_stacked_engine_ratio: bool,
             /// Threshold-filtered Routing Replay (r2 and r3 only): see [`ReplayThresholdConfig`].
             #[serde(skip_serializing_if = "Option::is_none")]
             pub replay_threshold: Option<ReplayThresholdConfig>,
@@ -235,6 +240,7 @@ macro_rules! rl_config {
                     mismatch: Mismatch::None,
                     advantage: AdvantageMode::MeanStd,
                     $($key: None,)*
+                    allow_stacked_engine_ratio: false,
                     replay_threshold: None,
                     pr2: None,
                     router_shift: None,
@@ -317,6 +323,7 @@ impl RlConfig {
         for fix in self.fixes().into_iter().flatten() {
             fix.validate()?;
         }
+        super::fixes::check_stacking(&self.fixes(), self.allow_stacked_engine_ratio)?;
         if let Some(t) = &self.replay_threshold {
             ensure!(
                 (0.0..=1.0).contains(&t.ratio),

@@ -23,16 +23,35 @@ impl Default for ReplayThresholdConfig {
     }
 }
 
+crate::named_enum! {
+    /// Where PR²'s π_old pass takes its gate weights from (see [`super::predictor`]).
+    #[derive(Default)]
+    pub enum Pr2Gates("pr2 gates") {
+        /// The authors' form (miles `3cc09866`, DaizeDong/verl `01f3e5b0`): π_old's pass routes
+        /// through `routing(logits + h W_p)`, experts *and* gates from the shifted logits.
+        #[default]
+        Shifted = "shifted",
+        /// The predicted experts forced, the gates the unshifted router's at them (driftlab's
+        /// form until 2026-12-07): minibatch 1 is exactly on-policy.
+        Native = "native",
+    }
+}
+
 /// Predictive Routing Replay (see [`super::predictor`]): r2 with routes chosen by per-layer
-/// linear predictors of the router's move, trained at the actor's learning rate × `lr_mult`.
+/// linear predictors of the router's move, trained at the actor's learning rate × `lr_mult`;
+/// π_old's gates from the shifted (default, the authors') or the unshifted router (`gates`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Pr2Config {
     pub lr_mult: f64,
+    pub gates: Pr2Gates,
 }
 
 impl Default for Pr2Config {
     fn default() -> Self {
-        Pr2Config { lr_mult: 1e3 }
+        Pr2Config {
+            lr_mult: 1e3,
+            gates: Pr2Gates::Shifted,
+        }
     }
 }

@@ -21,8 +21,8 @@ pub mod teacher;
 pub use config::{
     AdvantageMode, Aggregation, Algorithm, AlgorithmKind, CispoConfig, DriftInjection, GmpoConfig,
     GrpoConfig, GspoConfig, GvpdConfig, GvpoConfig, IcePopConfig, LrSchedule, MisConfig, MisLevel,
-    Mismatch, OldLogp, OpdKlConfig, OpdPgConfig, OpsmConfig, Pr2Config, ReplayThresholdConfig,
-    RlConfig, RouterShiftConfig, RoutingMode, TisConfig,
+    Mismatch, OldLogp, OpdKlConfig, OpdPgConfig, OpsmConfig, Pr2Config, Pr2Gates,
+    ReplayThresholdConfig, RlConfig, RouterShiftConfig, RoutingMode, TisConfig,
 };
 pub use step::{StepOutput, Trainer, UpdateRecord};
 pub use teacher::TeacherConfig;

@@ -6,12 +6,12 @@
 //! for bit the numbers of the full forward.
 
 use super::config::{RlConfig, RoutingMode};
-use super::micro::{Batch, concat_layers};
+use super::micro::{Batch, Minibatch, concat_layers};
 use super::predictor::Predictor;
 use crate::model::{ForwardOptions, LayerRouting, Model, RoutingTrace, token_logp};
 use crate::util::parallel::par_map;
-use crate::util::tensors::{ints, to_vec};
-use burn::tensor::Tensor;
+use crate::util::tensors::{floats, ints, to_vec};
+use burn::tensor::{Int, Tensor};
 
 /// What the π_old pass computed for one micro-batch.
 pub(super) struct OldPass {
@@ -84,36 +84,31 @@ pub(super) fn old_policy(
         let used = traces.iter().map(|t| t.used.clone()).collect();
         let inputs: Vec<Vec<f32>> = traces.iter_mut().filter_map(|t| t.input.take()).collect();
         let (routes, probs) = native_and_probs(traces);
-        let predicted: Option<Vec<Vec<u16>>> = predictor.map(|p| {
-            inputs
-                .iter()
-                .zip(&probs)
-                .enumerate()
-                .map(|(l, (h, pr))| p.routes(l, h, pr))
-                .collect()
-        });
+        // PR²: per MoE layer, the predicted routes and (gates = "shifted") the router-logit
+        // offset h W_p of π_old's pass.
+        let (predicted, offsets): (Option<Vec<Vec<u16>>>, Option<Vec<Option<Vec<f32>>>>) =
+            match predictor {
+                Some(p) => {
+                    let (r, o) = (inputs.iter().zip(&probs).enumerate())
+                        .map(|(l, (h, pr))| p.old_pass(l, h, pr))
+                        .unzip();
+                    (Some(r), Some(o))
+                }
+                None => (None, None),
+            };
         // PR²: the updates replay the predicted routes, so π_old's log-probs are those of a
         // second pass on exactly those routes (the authors' implementation routes π_old's pass
-        // through the prediction); minibatch 1 stays on-policy. Native routes, router
-        // distributions and inputs stay the first pass's.
+        // through the prediction), its gates from the shifted logits (`gates = "shifted"`, the
+        // authors') or the unshifted router's (`"native"`, minibatch 1 exactly on-policy).
+        // Native routes, router distributions and inputs stay the first pass's.
         let logits = match &predicted {
-            Some(pred) => {
-                let opts = routing(n_layers, Some(pred), None, None, false);
-                inner.forward_sharing(&mb.batch, &opts, mb.groups).0
-            }
+            Some(pred) => pr2_pass(&inner, mb, pred, offsets, n_layers),
             None => logits,
         };
         let picked = logits.select(0, rows());
         let host = to_vec(picked.clone());
         let (logp_teacher, teacher_logits) = match teacher {
-            Some(t) => {
-                let (logits, _) =
-                    t.forward_sharing(&mb.batch, &ForwardOptions::default(), mb.groups);
-                let picked = logits.select(0, rows());
-                let logp = to_vec(token_logp(picked.clone(), &mb.targets, temp));
-                let full = cfg.algorithm.needs_teacher_logits().then(|| to_vec(picked));
-                (Some(logp), full)
-            }
+            Some(t) => teacher_pass(t, mb, rows(), cfg),
             None => (None, None),
         };
         OldPass {
@@ -152,6 +147,47 @@ pub(super) fn old_policy(
         routes,
         logp_teacher,
     }
+}
+
+/// PR²'s second π_old pass: the micro-batch forced onto the `predicted` routes, with each MoE
+/// layer's router-logit offset h·W_p when the gates come from the shifted logits.
+fn pr2_pass(
+    inner: &Model,
+    mb: &Minibatch,
+    predicted: &[Vec<u16>],
+    offsets: Option<Vec<Option<Vec<f32>>>>,
+    n_layers: usize,
+) -> Tensor<2> {
+    let e = inner.cfg.n_experts;
+    let device = inner.device();
+    let offsets: Option<Vec<Tensor<2>>> = offsets.and_then(|o| {
+        (o.into_iter())
+            .map(|x| x.map(|x| floats_rows(x, e, &device)))
+            .collect()
+    });
+    let opts = routing(n_layers, Some(predicted), offsets, None, false);
+    inner.forward_sharing(&mb.batch, &opts, mb.groups).0
+}
+
+/// `x` as a `[len / cols, cols]` tensor.
+fn floats_rows(x: Vec<f32>, cols: usize, device: &burn::tensor::Device) -> Tensor<2> {
+    let rows = x.len() / cols;
+    floats(x, [rows, cols], device)
+}
+
+/// The teacher's log-probs of a micro-batch's response tokens (`rows` of its logits) and, for
+/// the full-vocabulary losses only, those rows' logits: one natively routed forward, no graph.
+fn teacher_pass(
+    t: &Model,
+    mb: &Minibatch,
+    rows: Tensor<1, Int>,
+    cfg: &RlConfig,
+) -> (Option<Vec<f32>>, Option<Vec<f32>>) {
+    let (logits, _) = t.forward_sharing(&mb.batch, &ForwardOptions::default(), mb.groups);
+    let picked = logits.select(0, rows);
+    let logp = to_vec(token_logp(picked.clone(), &mb.targets, cfg.temperature));
+    let full = cfg.algorithm.needs_teacher_logits().then(|| to_vec(picked));
+    (Some(logp), full)
 }
 
 /// Forward options with router distributions for a model of `n_layers` MoE layers: `forced`

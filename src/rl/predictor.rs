@@ -1,8 +1,10 @@
 //! Predictive Routing Replay, PR² (arXiv 2606.00395). The paper's text was not reachable (a
-//! stored copy of its HTML holds the abstract only); this follows its first author's implementation and reference document, which cite the paper's
-//! Eq. 4–8, Algorithm 3 and Appendix E.1: radixark/miles PR #1362 at `3cc09866`,
-//! `docs/predictive-routing-replay.md` and the router patch (`RouterPredictiveAction`), and the
-//! same design in DaizeDong/verl `verl/utils/megatron/router_replay_patch.py` at `01f3e5b0`.
+//! stored copy of its HTML holds the abstract only); this follows its first author's
+//! implementation and reference document, which cite the paper's Eq. 4–8, Algorithm 3 and
+//! Appendix E.1: radixark/miles PR #1362 at `3cc09866`, `docs/predictive-routing-replay.md` and
+//! the router patch `miles/backends/megatron_utils/predictive_router_replay.py`
+//! (`patched_forward`, `RouterPredictiveAction`), and the same design in DaizeDong/verl
+//! `verl/utils/megatron/router_replay_patch.py` at `01f3e5b0` (the router's `forward`).
 //!
 //! - One predictor per MoE layer, a linear map W_p `[d_model, n_experts]` without bias,
 //!   **zero-initialised**, so PR² starts as plain replay (R2).
@@ -11,16 +13,28 @@
 //!   of the rollout batch replays (R2's forced routes). Here ln π_old's router probabilities
 //!   stand in for p_old (a softmax is unchanged by a per-token shift), and the top-k is taken on
 //!   p_old · exp(h W_p), so that W_p = 0 picks exactly R2's routes (tested bitwise).
-//! - π_old's log-probs are those of the predicted routes: the miles patch routes π_old's pass
-//!   through p_old + h W_p itself (its `RECORD` branch returns `routing(effective_logits)`), so
-//!   the replayed route and π_old's route are one. Here π_old's pass runs natively (its native
+//! - π_old's pass, `gates` ([`Pr2Gates`]): both authors' codes route π_old's pass through the
+//!   shifted logits — miles' `RECORD` branch returns `self.routing(effective_logits)` with
+//!   `effective_logits = logits + predicted_delta_logits` (the delta `bias_predictor(input)`,
+//!   its stabiliser the identity at the default `layer_scale_schedule = "none"`), and verl's
+//!   `RECORD` branch `self.routing(logits + delta_logits)` — so π_old's experts *and* its gate
+//!   weights are those of `routing(logits + h W_p)`. Here π_old's pass runs natively (its native
 //!   routes, router distributions and inputs give the drift, the prediction and the loss's
-//!   target), then once more with the predicted routes forced, whose log-probs are π_old's:
-//!   minibatch 1 stays exactly on-policy (tested). Deviation: the prediction at layer l uses the
-//!   native pass's input h_l, where the miles pass feeds layer l the output of layers < l
-//!   routed by their predictions. Until 2026-12-05 π_old kept the native pass's log-probs, so
-//!   once W_p moved a route, minibatch 1's ratios were not 1 there (fix_leaderboard's `grpo_pr2`
-//!   arm ran that version, at abc03f4).
+//!   target), then once more with the predicted routes forced, whose log-probs are π_old's.
+//!   In that second pass, with `gates = "shifted"` (the default, the authors' form) every MoE
+//!   layer's router logits carry the offset h W_p, so the gates are the softmax of the shifted
+//!   logits at the predicted experts (renormalised over the k when `norm_topk`): Megatron's
+//!   `routing` of the shifted logits (tested by hand). The updates replay the predicted experts
+//!   with the live, unshifted router's gates (as the authors' updates run the router without
+//!   the predictor), so once W_p ≠ 0 minibatch 1's ratios differ from 1 by the gate shift.
+//!   `gates = "native"` keeps driftlab's earlier form: the predicted experts forced, the gates
+//!   the unshifted router's, so minibatch 1 stays exactly on-policy (tested). Deviation (both
+//!   forms): the prediction and the offset at layer l use the native pass's input h_l, where the
+//!   authors' pass feeds layer l the output of layers < l routed by their predictions. Until
+//!   2026-12-05 π_old kept the native pass's log-probs, so once W_p moved a route, minibatch
+//!   1's ratios were not 1 there (fix_leaderboard's `grpo_pr2` arm ran that version, at
+//!   abc03f4); until 2026-12-07 the second pass's gates were the unshifted router's (now
+//!   `gates = "native"`), so PR² runs from before then differ from the default's.
 //! - Where the sampler routes: natively (the paper's rollout uses the prediction; not verified
 //!   against its text).
 //! - Loss (Eq. 7–8, "kl-post"): Σ_l mean_t KL(sg(ρ_t) ‖ ρ̂_t), ρ the live router's distribution at
@@ -36,7 +50,7 @@
 //! holds is `replay_stale_frac`, the share of replayed slots the live router would not pick.
 
 use crate::model::native_topk;
-use crate::rl::config::Pr2Config;
+use crate::rl::config::{Pr2Config, Pr2Gates};
 
 /// The per-layer predictors and their Adam state.
 #[derive(Clone, Debug)]
@@ -45,6 +59,8 @@ pub struct Predictor {
     e: usize,
     k: usize,
     lr_mult: f64,
+    /// Where π_old's pass takes its gates from.
+    pub gates: Pr2Gates,
     /// Per layer, W_p row-major `[d, e]`.
     pub w: Vec<Vec<f32>>,
     m: Vec<Vec<f32>>,
@@ -61,6 +77,7 @@ impl Predictor {
             e,
             k,
             lr_mult: cfg.lr_mult,
+            gates: cfg.gates,
             w: z(),
             m: z(),
             v: z(),
@@ -87,13 +104,32 @@ impl Predictor {
     /// The predicted top-k of `layer` `[T, k]` (descending), from π_old's router
     /// distribution `probs_old` `[T, e]` and router inputs `h` `[T, d]`.
     pub fn routes(&self, layer: usize, h: &[f32], probs_old: &[f32]) -> Vec<u16> {
-        let delta = self.delta(layer, h);
+        self.top_k(&self.delta(layer, h), probs_old)
+    }
+
+    /// The top-k of `probs_old · exp(delta)`, `[T, k]`.
+    fn top_k(&self, delta: &[f32], probs_old: &[f32]) -> Vec<u16> {
         let scores: Vec<f32> = probs_old
             .iter()
-            .zip(&delta)
+            .zip(delta)
             .map(|(&p, &x)| p * x.exp())
             .collect();
         native_topk(&scores, self.e, self.k)
+    }
+
+    /// π_old's pass at `layer`: the predicted top-k `[T, k]` it forces (as
+    /// [`Predictor::routes`]) and, with `gates = "shifted"`, the offset h W_p `[T, e]` its router
+    /// logits carry, so that its gates are those of the shifted logits at those experts (`None`
+    /// with `gates = "native"`: the unshifted router's gates).
+    pub fn old_pass(
+        &self,
+        layer: usize,
+        h: &[f32],
+        probs_old: &[f32],
+    ) -> (Vec<u16>, Option<Vec<f32>>) {
+        let delta = self.delta(layer, h);
+        let routes = self.top_k(&delta, probs_old);
+        (routes, (self.gates == Pr2Gates::Shifted).then_some(delta))
     }
 
     /// Mean over the `valid` tokens of KL(target ‖ softmax(ln probs_old + h W_p)) for `layer`,
@@ -174,7 +210,16 @@ mod tests {
     use super::*;
 
     fn pred() -> Predictor {
-        Predictor::new(1, 2, 3, 1, &Pr2Config { lr_mult: 1.0 })
+        Predictor::new(
+            1,
+            2,
+            3,
+            1,
+            &Pr2Config {
+                lr_mult: 1.0,
+                ..Pr2Config::default()
+            },
+        )
     }
 
     /// Zero-initialised, the prediction is π_old's own top-k, and a predictor whose target is

@@ -30,6 +30,7 @@ impl Fix for IcePopConfig {
         column: "icepop_masked_frac",
         doc: "share of the minibatch's tokens IcePop masked (engine ratio outside its band; null when off)",
     });
+    const ENGINE_RATIO: bool = true;
 
     fn validate(&self) -> Result<()> {
         check_band("icepop", self.low, self.high)

@@ -12,7 +12,8 @@
 //!    `#[serde(deny_unknown_fields, default)]`, `Default` = the paper's defaults) and its
 //!    [`Fix`] impl: `validate`, `weigh` (multiply [`Weights::mask`] per token, or give an
 //!    importance weight at both levels with [`Weights::ratio`]; return what it masked) and, when
-//!    it masks, `SHARE`, its logged column.
+//!    it masks, `SHARE`, its logged column; `ENGINE_RATIO = true` when its weight multiplies in
+//!    the engine ratio π_old / π_engine.
 //! 2. One line `<key>: <Settings>,` in [`stability_fixes!`].
 //!
 //! # How the weights reach the objectives
@@ -29,6 +30,14 @@
 //! token is masked takes no optimizer step (its update row reads `applied = 0`, its reason is
 //! kept, and the events frame gets an `all_masked` event) rather than stepping on the auxiliary
 //! losses alone.
+//!
+//! # Stacking
+//!
+//! TIS, IcePop and MIS each weigh a token by the same engine ratio π_old / π_engine (TIS's
+//! min(r, cap), IcePop's k inside its band, MIS's r inside its band): two of them on at once
+//! multiply it in twice, correcting for the engine twice. [`check_stacking`] refuses such a
+//! config at validation, naming the fixes and the reason, unless it declares
+//! `allow_stacked_engine_ratio = true` ([`Fix::ENGINE_RATIO`] marks the fixes it counts).
 //!
 //! Notation: `logp_tis` is the ratios' π_old before any router shift (the trainer's recompute
 //! with `old_logp = recompute`; the engine's own log-prob with `old_logp = rollout`, where every
@@ -93,6 +102,10 @@ pub trait Fix:
     const NULL_WHEN_OFF: bool = false;
     /// The updates frame's column logging the share of what it masked (`None`: it masks nothing).
     const SHARE: Option<Share> = None;
+    /// Whether its weight multiplies in the engine ratio π_old / π_engine (TIS's truncated
+    /// ratio, IcePop's and MIS's ratio inside their bands): two such fixes on at once weigh a
+    /// token by that ratio twice, which [`check_stacking`] refuses unless declared.
+    const ENGINE_RATIO: bool = false;
     /// The checks of its settings, with an error naming the key.
     fn validate(&self) -> Result<()>;
     /// Multiply its weights into `w`; returns what it masked, tokens `[n_tok]` or responses
@@ -104,15 +117,42 @@ pub trait Fix:
 pub trait On {
     fn validate(&self) -> Result<()>;
     fn weigh(&self, batch: &Batch, w: &mut Weights) -> Option<Vec<bool>>;
+    /// [`Fix::ENGINE_RATIO`].
+    fn engine_ratio(&self) -> bool;
 }
 
 impl<F: Fix> On for F {
     fn validate(&self) -> Result<()> {
         Fix::validate(self)
     }
+    fn engine_ratio(&self) -> bool {
+        F::ENGINE_RATIO
+    }
     fn weigh(&self, batch: &Batch, w: &mut Weights) -> Option<Vec<bool>> {
         Fix::weigh(self, batch, w)
     }
+}
+
+/// The fixes that are on (`on`, by registry position) may stack: at most one of them weighs
+/// tokens by the engine ratio π_old / π_engine ([`Fix::ENGINE_RATIO`]: tis, icepop, mis), unless
+/// the config declares the stacking (`allowed`: `[rl] allow_stacked_engine_ratio = true`). Two
+/// of them multiply the same ratio into one token's weight (TIS's min(r, cap) times IcePop's or
+/// MIS's r, or IcePop's k times MIS's r), so the product corrects for the engine twice.
+pub fn check_stacking(on: &[Option<&dyn On>; COUNT], allowed: bool) -> Result<()> {
+    let stacked: Vec<&str> = (KEYS.iter().zip(on))
+        .filter(|(_, f)| f.is_some_and(|f| f.engine_ratio()))
+        .map(|(&k, _)| k)
+        .collect();
+    anyhow::ensure!(
+        stacked.len() < 2 || allowed,
+        "the stability fixes {} are on together, and each weighs a token by the same engine \
+         ratio π_old / π_engine (exp(logp_old − logp_engine)): their weights multiply, so the \
+         product corrects for the engine twice (e.g. tis's min(r, cap) × icepop's r ≈ r²). Keep \
+         one of them, or declare the stacking with `allow_stacked_engine_ratio = true` in the \
+         same `rl` table (`learn --allow-stacked-engine-ratio`)",
+        stacked.join(" and ")
+    );
+    Ok(())
 }
 
 /// `serde`'s `skip_serializing_if` of every fix's field in `RlConfig` (see [`Fix::NULL_WHEN_OFF`]).

@@ -46,6 +46,7 @@ impl TisConfig {
 
 impl Fix for TisConfig {
     const NULL_WHEN_OFF: bool = true;
+    const ENGINE_RATIO: bool = true;
 
     fn validate(&self) -> Result<()> {
         ensure!(self.cap > 0.0, "tis.cap must be > 0");
