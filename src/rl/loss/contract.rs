@@ -85,6 +85,25 @@ pub struct LossStats {
     pub router_shift: Option<Vec<f32>>,
 }
 
+impl LossStats {
+    /// The statistics of a loss that clips nothing: its value, and the ratios against π_old
+    /// at the current parameters.
+    pub fn unclipped(batch: &PolicyBatch, loss: &Tensor<1>) -> LossStats {
+        let logp = batch.logp_host();
+        let (ratio_tok, ratio_seq) = batch.ratios(&logp);
+        LossStats {
+            loss_policy: crate::util::tensors::scalar(loss.clone().inner()),
+            clip_low: vec![false; batch.n_tok()],
+            clip_high: vec![false; batch.n_tok()],
+            clip_seq: vec![false; batch.n_resp()],
+            ratio_tok,
+            ratio_seq,
+            logp,
+            ..LossStats::default()
+        }
+    }
+}
+
 impl PolicyBatch {
     /// The teacher's log-prob of each token; panics without a teacher (the config's
     /// validation requires one for every distillation objective).

@@ -42,20 +42,11 @@ pub fn squared_loss(rho: Tensor<2>, batch: &PolicyBatch) -> (Tensor<1>, LossStat
         sq = sq * crate::util::tensors::floats(tw.clone(), [n_groups, g], &batch.device());
     }
     let loss = sq.sum() / (2.0 * (g as f32 - 1.0) * n_groups as f32);
-    let logp = batch.logp_host();
-    let (ratio_tok, ratio_seq) = batch.ratios(&logp);
     let stats = LossStats {
-        loss_policy: crate::util::tensors::scalar(loss.clone().inner()),
-        clip_low: vec![false; batch.n_tok()],
-        clip_high: vec![false; batch.n_tok()],
-        clip_seq: vec![false; batch.n_resp()],
-        ratio_tok,
-        ratio_seq,
-        logp,
         kl_ref: None,
         tis_weight,
         router_shift: None,
-        ..LossStats::default()
+        ..LossStats::unclipped(batch, &loss)
     };
     (loss, stats)
 }

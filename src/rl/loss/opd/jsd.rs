@@ -74,18 +74,7 @@ pub fn objective(c: &OpdKlConfig, batch: &PolicyBatch) -> (Tensor<1>, LossStats)
         Some(m) => (per_tok * batch.constant(m.clone())).sum() / n_tok as f32,
         None => per_tok.sum() / n_tok as f32,
     };
-    let logp = batch.logp_host();
-    let (ratio_tok, ratio_seq) = batch.ratios(&logp);
-    let stats = LossStats {
-        loss_policy: crate::util::tensors::scalar(loss.clone().inner()),
-        clip_low: vec![false; batch.n_tok()],
-        clip_high: vec![false; batch.n_tok()],
-        clip_seq: vec![false; batch.n_resp()],
-        ratio_tok,
-        ratio_seq,
-        logp,
-        ..LossStats::default()
-    };
+    let stats = LossStats::unclipped(batch, &loss);
     (loss, stats)
 }
 
