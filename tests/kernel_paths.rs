@@ -25,22 +25,9 @@ fn workload(model: &Model) -> Vec<Vec<f32>> {
     let w = floats(vec![0.5; dims[0] * dims[1]], dims, &out.logits.device());
     let grads = (out.logits * w).sum().backward();
     let norm = AdamW::global_norm(&AdamW::collect_grads(&train.weights, &grads));
-    let (b, s) = (batch.batch, batch.seq);
-    let take = |from: usize, to: usize| driftlab::model::SeqBatch {
-        batch: b,
-        seq: to - from,
-        tokens: (0..b)
-            .flat_map(|r| batch.tokens[r * s + from..r * s + to].to_vec())
-            .collect(),
-        valid: (0..b)
-            .flat_map(|r| batch.valid[r * s + from..r * s + to].to_vec())
-            .collect(),
-    };
-    let kv = |to: usize| -> Vec<bool> {
-        (0..b)
-            .flat_map(|r| batch.valid[r * s..r * s + to].to_vec())
-            .collect()
-    };
+    let s = batch.seq;
+    let take = |from: usize, to: usize| columns(&batch, from, to);
+    let kv = |to: usize| key_valid(&batch, to);
     let mut cache: Vec<LayerCache> = Vec::new();
     let inner = model.inner();
     inner.forward_at(&take(0, s - 1), 0, &kv(s - 1), &opts, Some(&mut cache));

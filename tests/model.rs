@@ -7,7 +7,7 @@ use common::*;
 use driftlab::kernels::hooks::{self, Node, Switch};
 use driftlab::model::moe::{LayerRouting, moe_forward, native_topk, swiglu};
 use driftlab::model::weights::{MoeWeights, SwiGlu};
-use driftlab::model::{ForwardOptions, ModelConfig, NO_ROUTE, SeqBatch};
+use driftlab::model::{ForwardOptions, ModelConfig, NO_ROUTE};
 use driftlab::util::tensors::{floats, ints, to_vec};
 
 #[test]
@@ -700,25 +700,12 @@ fn attention_node_and_tensor_path_agree_forward_and_gradients() {
     }
 
     // Prefix then the rest through a KV cache, both ways.
-    let (b, s) = (batch.batch, batch.seq);
+    let s = batch.seq;
     let cut = s - 3;
     let cached = |tensor_path: bool| {
         let go = || {
-            let take = |from: usize, to: usize| SeqBatch {
-                batch: b,
-                seq: to - from,
-                tokens: (0..b)
-                    .flat_map(|r| batch.tokens[r * s + from..r * s + to].to_vec())
-                    .collect(),
-                valid: (0..b)
-                    .flat_map(|r| batch.valid[r * s + from..r * s + to].to_vec())
-                    .collect(),
-            };
-            let kv = |to: usize| -> Vec<bool> {
-                (0..b)
-                    .flat_map(|r| batch.valid[r * s..r * s + to].to_vec())
-                    .collect()
-            };
+            let take = |from: usize, to: usize| columns(&batch, from, to);
+            let kv = |to: usize| key_valid(&batch, to);
             let mut cache: Vec<LayerCache> = Vec::new();
             let opts = ForwardOptions::default();
             let inner = model.inner();

@@ -286,3 +286,31 @@ pub fn experiment_cmd(
         .stderr(std::fs::File::create(log).unwrap());
     c
 }
+
+/// Positions `from..to` of every row of `batch` (a decoding step's input).
+pub fn columns(
+    batch: &driftlab::model::SeqBatch,
+    from: usize,
+    to: usize,
+) -> driftlab::model::SeqBatch {
+    fn cut<T: Clone>(v: &[T], b: usize, s: usize, from: usize, to: usize) -> Vec<T> {
+        (0..b)
+            .flat_map(|r| v[r * s + from..r * s + to].to_vec())
+            .collect()
+    }
+    let (b, s) = (batch.batch, batch.seq);
+    driftlab::model::SeqBatch {
+        batch: b,
+        seq: to - from,
+        tokens: cut(&batch.tokens, b, s, from, to),
+        valid: cut(&batch.valid, b, s, from, to),
+    }
+}
+
+/// Which cached keys of every row of `batch` are valid, positions `0..to`, row-major.
+pub fn key_valid(batch: &driftlab::model::SeqBatch, to: usize) -> Vec<bool> {
+    let s = batch.seq;
+    (0..batch.batch)
+        .flat_map(|r| batch.valid[r * s..r * s + to].to_vec())
+        .collect()
+}

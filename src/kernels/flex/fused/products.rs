@@ -20,16 +20,7 @@ pub(super) fn mm(
     c: &mut [f32],
     acc: bool,
 ) {
-    let a = if at {
-        View::transposed(a, m)
-    } else {
-        View::rows(a, k)
-    };
-    let b = if bt {
-        View::transposed(b, k)
-    } else {
-        View::rows(b, n)
-    };
+    let (a, b) = views(m, n, k, a, at, b, bt);
     gemm_into(m, n, k, a, b, c, n, 1.0, acc);
 }
 
@@ -45,16 +36,7 @@ pub(super) fn mm_to(
     bt: bool,
     c: &mut [MaybeUninit<f32>],
 ) {
-    let a = if at {
-        View::transposed(a, m)
-    } else {
-        View::rows(a, k)
-    };
-    let b = if bt {
-        View::transposed(b, k)
-    } else {
-        View::rows(b, n)
-    };
+    let (a, b) = views(m, n, k, a, at, b, bt);
     gemm_to(m, n, k, a, b, c, n, 1.0);
 }
 
@@ -149,4 +131,28 @@ mod tests {
             }
         }
     }
+}
+
+/// The operands of `a[m×k]·b[k×n]` as views, each read transposed when its flag is set.
+#[allow(clippy::too_many_arguments)]
+fn views<'a>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &'a [f32],
+    at: bool,
+    b: &'a [f32],
+    bt: bool,
+) -> (View<'a>, View<'a>) {
+    let a = if at {
+        View::transposed(a, m)
+    } else {
+        View::rows(a, k)
+    };
+    let b = if bt {
+        View::transposed(b, k)
+    } else {
+        View::rows(b, n)
+    };
+    (a, b)
 }
