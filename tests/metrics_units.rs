@@ -172,3 +172,39 @@ fn entropy_ratio_grad_expert_and_non_finite_rules() {
     d.observe(&a);
     assert!(!d.collapsed, "not in a row");
 }
+
+#[test]
+fn the_opd_rules_fire_once_each_and_only_under_a_teacher() {
+    let opd = |step: usize, len: f64, entropy: f64, kl: Option<f64>| StepSignals {
+        resp_len_mean: len,
+        entropy,
+        teacher_kl: kl,
+        ..sig(step, 0.5)
+    };
+    // Without a teacher the same stream raises nothing.
+    let plain = vec![opd(0, 10.0, 0.5, None), opd(1, 2.0, 0.5, None)];
+    let mut d = CollapseDetector::new(CollapseConfig::default());
+    assert!(kinds(&mut d, plain).is_empty());
+    let stream = vec![
+        opd(0, 10.0, 0.5, Some(0.4)),
+        opd(1, 6.0, 0.9, Some(0.7)),
+        opd(2, 4.9, 1.1, Some(0.80)),
+        opd(3, 3.0, 1.2, Some(0.85)),
+        opd(4, 2.0, 1.5, Some(2.0)),
+    ];
+    let mut d = CollapseDetector::new(CollapseConfig::default());
+    assert_eq!(
+        kinds(&mut d, stream),
+        vec![
+            ("length_collapse".into(), 2),
+            ("entropy_inflation".into(), 2),
+            ("teacher_divergence".into(), 3),
+        ]
+    );
+    let bad = CollapseConfig {
+        entropy_rise: 0.5,
+        ..CollapseConfig::default()
+    };
+    let err = bad.validate().unwrap_err().to_string();
+    assert!(err.contains("collapse.entropy_rise"), "{err}");
+}

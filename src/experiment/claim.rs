@@ -59,6 +59,9 @@ claims! {
     /// (o) what sets drift per update: a multiplicative fit on depth, width, experts, learning
     /// rate and minibatches, checked on held-out configurations and carried to the paper's model.
     ScaleDrift = 'o',
+    /// (p) on-policy distillation of a MoE student: GVPD against token-level PG-OPD on the
+    /// final greedy eval accuracy; drift per update against GRPO; R3 under an engine mismatch.
+    Opd = 'p',
 }
 
 /// The claims a spec that names none tests: (a)–(f), the flagship's family.

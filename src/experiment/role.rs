@@ -23,6 +23,14 @@ crate::named_enum! {
         Gspo = "gspo",
         /// GRPO on the dense control model.
         Dense = "dense",
+        /// GVPD (GVPO's on-policy distillation) on the MoE, native routing.
+        Gvpd = "gvpd",
+        /// GVPD on the MoE replaying the rollout engine's routes (R3).
+        GvpdR3 = "gvpd_r3",
+        /// Token-level policy-gradient OPD on the MoE, native routing.
+        OpdPg = "opd_pg",
+        /// Full-vocabulary KL / JSD_β distillation on the MoE, native routing.
+        OpdKl = "opd_kl",
     }
 }
 
@@ -53,6 +61,10 @@ impl Role {
             Role::Gvpo => (A::Gvpo, R::Native, F::Moe, false),
             Role::Gspo => (A::Gspo, R::Native, F::Moe, false),
             Role::Dense => (A::Grpo, R::Native, F::Dense, false),
+            Role::Gvpd => (A::Gvpd, R::Native, F::Moe, false),
+            Role::GvpdR3 => (A::Gvpd, R::R3, F::Moe, false),
+            Role::OpdPg => (A::OpdPg, R::Native, F::Moe, false),
+            Role::OpdKl => (A::OpdKl, R::Native, F::Moe, false),
         };
         shape == (algorithm, routing, ffn, tis)
     }

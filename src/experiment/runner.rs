@@ -342,6 +342,9 @@ fn signals(out: &StepOutput, m: &StepMeasures) -> StepSignals {
         entropy: f64::from(out.entropy),
         loads: m.loads.clone(),
         mismatch_extreme_frac: m.mismatch.1,
+        resp_len_mean: out.resp_lens.iter().sum::<usize>() as f64
+            / out.resp_lens.len().max(1) as f64,
+        teacher_kl: crate::metrics::rows::teacher_kl(out),
         ..StepSignals::default()
     };
     for u in &out.updates {
@@ -365,6 +368,7 @@ fn record_step(
     id: &CellId,
     out: &StepOutput,
     eval: Option<f64>,
+    teacher_eval: Option<f64>,
     detector: &mut CollapseDetector,
     sink: &FrameSink,
 ) -> Result<f64> {
@@ -373,7 +377,10 @@ fn record_step(
         n_experts: cell.model.n_experts,
         moe: cell.model.is_moe(),
     };
-    let measures = StepMeasures::of(out, shape);
+    let measures = StepMeasures {
+        teacher_eval,
+        ..StepMeasures::of(out, shape)
+    };
     let sig = signals(out, &measures);
     let events = detector.observe(&sig);
     let mut b = lock(sink.book);
@@ -419,6 +426,7 @@ fn run_cell(
     let (task, cs) = cold_start(cell, opts)?;
     let (arm, seed) = (&cell.arm, cell.seed);
     let teacher = teacher(cell, &task, opts)?;
+    let teacher_eval = teacher.as_ref().map(|m| greedy_eval(m, &task));
     let mut trainer = Trainer::new(cell.rl.clone(), cs.model, task, seed)
         .and_then(|t| match teacher {
             Some(m) => t.with_teacher(m),
@@ -445,7 +453,7 @@ fn run_cell(
         let last = step + 1 == cell.steps;
         let eval = (step == 0 || (step + 1) % cell.eval_every == 0 || last)
             .then(|| greedy_eval(&trainer.model, &trainer.task));
-        let reward = record_step(cell, &id, &out, eval, &mut detector, sink)?;
+        let reward = record_step(cell, &id, &out, eval, teacher_eval, &mut detector, sink)?;
         done = step + 1;
         bar.inc(1, Some(format!("reward {reward:.3}")));
         overall.inc(1, None);

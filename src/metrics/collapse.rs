@@ -14,6 +14,19 @@
 //!   for `expert_patience` consecutive steps; reported once per cell.
 //! - `all_masked`: an update whose every token the masking corrections (IcePop, MIS, OPSM)
 //!   masked, so it was skipped; a warning, one event per such update.
+//!
+//! Three more rules watch a student under on-policy distillation; they run only in cells with
+//! a teacher (`rl.teacher`, so that a step's `teacher_kl` exists), so runs without one keep
+//! exactly the events they had:
+//! - `length_collapse`: the mean response length falls below `length_drop` × its step-0 value
+//!   (the student learns to stop early, the EOS rate rises: OPD's known shortcut of matching
+//!   the teacher on short responses); reported once.
+//! - `entropy_inflation`: entropy rises above `entropy_rise` × its step-0 value (the student's
+//!   mass spreads instead of sharpening toward the teacher's); reported once.
+//! - `teacher_divergence`: the per-token teacher KL (`teacher_kl`) rises above
+//!   `teacher_kl_rise` × its step-0 value (plus 0.01 nats, so that a start near 0 does not
+//!   flag noise): the student's samples move where the teacher puts little mass, the
+//!   opposite of distillation; reported once.
 
 use anyhow::{Result, ensure};
 use serde::{Deserialize, Serialize};
@@ -30,6 +43,12 @@ crate::named_enum! {
         ExpertCollapse = "expert_collapse",
         /// An update whose every token the masking corrections masked (it was skipped).
         AllMasked = "all_masked",
+        /// Under a teacher: the mean response length fell below a share of its start.
+        LengthCollapse = "length_collapse",
+        /// Under a teacher: entropy rose above a multiple of its start.
+        EntropyInflation = "entropy_inflation",
+        /// Under a teacher: the per-token teacher KL rose above a multiple of its start.
+        TeacherDivergence = "teacher_divergence",
     }
 }
 
@@ -41,7 +60,10 @@ impl EventKind {
             EventKind::NonFinite
             | EventKind::RewardCollapse
             | EventKind::EntropyCollapse
-            | EventKind::ExpertCollapse => true,
+            | EventKind::ExpertCollapse
+            | EventKind::LengthCollapse
+            | EventKind::EntropyInflation
+            | EventKind::TeacherDivergence => true,
             EventKind::RatioExplosion | EventKind::GradSpike | EventKind::AllMasked => false,
         }
     }
@@ -63,6 +85,9 @@ pub struct CollapseConfig {
     pub grad_spike: f64,
     pub expert_min_load: f64,
     pub expert_patience: usize,
+    pub length_drop: f64,
+    pub entropy_rise: f64,
+    pub teacher_kl_rise: f64,
 }
 
 impl Default for CollapseConfig {
@@ -79,6 +104,9 @@ impl Default for CollapseConfig {
             grad_spike: 10.0,
             expert_min_load: super::drift::DEAD_EXPERT_LOAD,
             expert_patience: 10,
+            length_drop: 0.5,
+            entropy_rise: 2.0,
+            teacher_kl_rise: 2.0,
         }
     }
 }
@@ -103,6 +131,7 @@ impl CollapseConfig {
             ("entropy_drop", self.entropy_drop),
             ("extreme_frac", self.extreme_frac),
             ("expert_min_load", self.expert_min_load),
+            ("length_drop", self.length_drop),
         ];
         for (key, v) in unit {
             ensure!(
@@ -118,6 +147,8 @@ impl CollapseConfig {
         for (key, v) in [
             ("ratio_max", self.ratio_max),
             ("grad_spike", self.grad_spike),
+            ("entropy_rise", self.entropy_rise),
+            ("teacher_kl_rise", self.teacher_kl_rise),
         ] {
             ensure!(
                 v.is_finite() && v >= 1.0,
@@ -153,6 +184,11 @@ pub struct StepSignals {
     pub all_masked: Vec<bool>,
     /// Per layer, per expert share of routed slots.
     pub loads: Vec<Vec<f64>>,
+    /// Mean response length of the rollout batch.
+    pub resp_len_mean: f64,
+    /// The step's per-token teacher KL; None in cells without a teacher (the OPD rules then
+    /// stay silent).
+    pub teacher_kl: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -169,6 +205,9 @@ pub struct CollapseDetector {
     non_finite_run: usize,
     starved: Vec<Vec<usize>>,
     expert_reported: bool,
+    /// The OPD rules' step-0 values (length, entropy, teacher KL) and what they reported.
+    opd0: Option<[f64; 3]>,
+    opd_reported: [bool; 3],
     /// Set once the cell must stop (`non_finite_stop` non-finite updates in a row).
     pub collapsed: bool,
 }
@@ -209,7 +248,55 @@ impl CollapseDetector {
         self.ratio(s, &mut push);
         self.grad(s, &mut push);
         self.experts(s, &mut push);
+        self.distillation(s, &mut push);
         ev
+    }
+
+    /// The three OPD rules (module docs), in cells with a teacher only.
+    fn distillation(
+        &mut self,
+        s: &StepSignals,
+        push: &mut impl FnMut(EventKind, f64, f64, String, usize),
+    ) {
+        let Some(kl) = s.teacher_kl else { return };
+        let now = [s.resp_len_mean, s.entropy, kl];
+        let start = *self.opd0.get_or_insert(now);
+        let c = &self.cfg;
+        let rules = [
+            (
+                EventKind::LengthCollapse,
+                c.length_drop * start[0],
+                false,
+                "mean response length",
+            ),
+            (
+                EventKind::EntropyInflation,
+                c.entropy_rise * start[1],
+                true,
+                "entropy",
+            ),
+            (
+                EventKind::TeacherDivergence,
+                c.teacher_kl_rise * start[2].max(0.0) + 0.01,
+                true,
+                "teacher KL",
+            ),
+        ];
+        for (k, (kind, threshold, above, what)) in rules.into_iter().enumerate() {
+            let v = now[k];
+            let crossed = if above { v > threshold } else { v < threshold };
+            if self.opd_reported[k] || !v.is_finite() || !crossed {
+                continue;
+            }
+            self.opd_reported[k] = true;
+            push(
+                kind,
+                v,
+                threshold,
+                format!("{what} {v:.4} vs {:.4} at the start", start[k]),
+                s.step,
+            );
+        }
     }
 
     fn non_finite(

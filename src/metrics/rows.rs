@@ -371,6 +371,9 @@ pub struct StepMeasures {
     pub mismatch: (f64, f64),
     /// [`step_loads`] (empty for a dense model).
     pub loads: Vec<Vec<f64>>,
+    /// The teacher's greedy eval accuracy (a constant of the cell; None without a teacher),
+    /// written on the steps that evaluate the student.
+    pub teacher_eval: Option<f64>,
 }
 
 impl StepMeasures {
@@ -378,6 +381,7 @@ impl StepMeasures {
         StepMeasures {
             mismatch: mismatch_stats(out),
             loads: step_loads(out, shape),
+            teacher_eval: None,
         }
     }
 }
@@ -466,6 +470,7 @@ pub fn step_row(
             Val::I(out.resp_lens.iter().sum::<usize>() as i64),
         ),
         ("teacher_kl", Val::F(teacher_kl(out))),
+        ("teacher_eval", Val::F(eval_accuracy.and(m.teacher_eval))),
     ]);
     row
 }

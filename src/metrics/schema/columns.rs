@@ -90,6 +90,12 @@ pub static STEPS: FrameSchema = FrameSchema {
              sampled estimate of KL(π_S ‖ π_T) per token (null without rl.teacher)",
         )
         .unread(),
+        f(
+            "teacher_eval",
+            "the frozen teacher's greedy eval accuracy, by the same evaluation as \
+             `eval_accuracy` (a constant of the cell; on the steps that evaluate, null \
+             elsewhere and without rl.teacher)",
+        ),
     ],
 };
 
@@ -356,7 +362,7 @@ pub static EVENTS: FrameSchema = FrameSchema {
     metrics: &[
         s(
             "kind",
-            "non_finite | reward_collapse | entropy_collapse | ratio_explosion | grad_spike | expert_collapse | all_masked",
+            "non_finite | reward_collapse | entropy_collapse | ratio_explosion | grad_spike | expert_collapse | all_masked | length_collapse | entropy_inflation | teacher_divergence",
         ),
         f(
             "value",

@@ -11,6 +11,7 @@ mod control;
 mod drift;
 mod mismatch;
 mod objectives;
+mod opd;
 mod ratios;
 mod replay;
 mod scale;
@@ -20,6 +21,7 @@ mod tests;
 pub use claim_def::{ClaimDef, Scope};
 pub use compare::RegimeData;
 pub use control::CONTROL_METRICS;
+pub use opd::{DRIFT_UNITS, seed_means, teacher_eval};
 
 use crate::experiment::Claim;
 use crate::report::endpoints::Endpoint;
@@ -44,6 +46,7 @@ pub fn def(c: Claim) -> ClaimDef {
         Claim::PrefixVariance => ratios::PREFIX,
         Claim::FixLeaderboard => replay::LEADERBOARD,
         Claim::ScaleDrift => scale::SCALE,
+        Claim::Opd => opd::OPD,
     }
 }
 

@@ -185,3 +185,103 @@ fn the_leaderboard_compares_every_moe_fix_with_grpo_where_a_control_exists() {
     r.has_control = false;
     assert!(declare(&r).unwrap().is_empty());
 }
+
+/// (p): GVPD against PG-OPD is the one primary endpoint without a mismatch; drift against
+/// GRPO is described in three units, read from the updates frame seed by seed; under a
+/// mismatch R3 on the GVPD student adds two primaries (KL lower, accuracy not worse); an arm
+/// with knobs of its own (α = 1) is a secondary row beside its default.
+#[test]
+fn opd_declares_gvpd_against_pg_opd_drift_against_grpo_and_r3_under_a_mismatch() {
+    use polars::prelude::*;
+    let arm = |name: &str, alg: AlgorithmKind, routing: RoutingMode, knobs: bool, v: Vec<f64>| {
+        (
+            ArmSummary::blank(
+                name,
+                &[("final_eval", v), ("mismatch_kl_k3", vec![1e-3, 2e-3])],
+            ),
+            Identity {
+                algorithm: alg,
+                routing,
+                ffn: FfnKind::Moe,
+                default_knobs: knobs,
+                tis: false,
+                role: None,
+            },
+        )
+    };
+    let n = RoutingMode::Native;
+    let arms = Arms {
+        arms: vec![
+            arm("grpo", AlgorithmKind::Grpo, n, true, vec![0.5, 0.6]),
+            arm("gvpd", AlgorithmKind::Gvpd, n, true, vec![0.7, 0.7]),
+            arm("opd_pg", AlgorithmKind::OpdPg, n, true, vec![0.6, 0.5]),
+            arm(
+                "gvpd_r3",
+                AlgorithmKind::Gvpd,
+                RoutingMode::R3,
+                true,
+                vec![0.7, 0.6],
+            ),
+            arm("gvpd_alpha1", AlgorithmKind::Gvpd, n, false, vec![0.6, 0.6]),
+        ],
+    };
+    let updates = df!(
+        "arm" => ["grpo", "grpo", "grpo", "gvpd", "gvpd", "gvpd"],
+        "seed" => [0i64, 0, 1, 0, 1, 1],
+        "drift_expert_frac" => [0.01, 0.03, 0.02, 0.04, 0.04, 0.02],
+        "drift_router_frac" => [0.02, 0.06, 0.04, 0.08, 0.08, 0.04],
+        "drift_token_frac" => [0.1, 0.1, 0.1, 0.1, 0.1, 0.1],
+    )
+    .unwrap();
+    let (_, mut frames) = arms_and_frames("final_eval");
+    frames.updates = updates;
+    let mut r = RegimeData {
+        name: "natural",
+        arms: &arms,
+        frames: &frames,
+        same: &[],
+        mismatch: false,
+        claims: &[Claim::Opd],
+        has_control: false,
+    };
+    let eps = declare(&r).unwrap();
+    let primary: Vec<_> = eps.iter().filter(|e| e.primary).collect();
+    assert_eq!(primary.len(), 1);
+    assert!(primary[0].what.contains("`gvpd` − `opd_pg`"));
+    assert_eq!(primary[0].claimed, Claimed::Greater);
+    let d = &primary[0].est.as_ref().unwrap().diffs;
+    assert!((d[0] - 0.1).abs() < 1e-12 && (d[1] - 0.2).abs() < 1e-12);
+    // Drift of gvpd against grpo: seed 0 ln(0.04 / 0.02), seed 1 ln(0.03 / 0.02).
+    let drift = eps
+        .iter()
+        .find(|e| e.what.contains("activated expert slots") && e.what.contains("`gvpd`"))
+        .unwrap();
+    assert_eq!(drift.claimed, Claimed::Describe);
+    let d = &drift.est.as_ref().unwrap().diffs;
+    assert!(
+        (d[0] - 2f64.ln()).abs() < 1e-9 && (d[1] - 1.5f64.ln()).abs() < 1e-9,
+        "{d:?}"
+    );
+    assert_eq!(
+        eps.iter()
+            .filter(|e| e.what.starts_with("drift per update"))
+            .count(),
+        3,
+        "gvpd in three units; opd_pg has no update rows here"
+    );
+    assert!(
+        eps.iter()
+            .any(|e| !e.primary && e.what.contains("`gvpd_alpha1` − `gvpd`"))
+    );
+    r.mismatch = true;
+    let eps = declare(&r).unwrap();
+    let primary: Vec<_> = eps
+        .iter()
+        .filter(|e| e.primary)
+        .map(|e| e.claimed)
+        .collect();
+    assert_eq!(
+        primary,
+        vec![Claimed::Greater, Claimed::Less, Claimed::NotWorse]
+    );
+}
