@@ -62,6 +62,9 @@ claims! {
     /// (p) on-policy distillation of a MoE student: GVPD against token-level PG-OPD on the
     /// final greedy eval accuracy; drift per update against GRPO; R3 under an engine mismatch.
     Opd = 'p',
+    /// (q) C2 with drift from the router's own updates: R2/R3 against GRPO where a regime has a
+    /// control, and every fix's arm × drift interaction.
+    Organic = 'q',
 }
 
 /// The claims a spec that names none tests: (a)–(f), the flagship's family.

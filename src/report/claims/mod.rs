@@ -12,6 +12,7 @@ mod drift;
 mod mismatch;
 mod objectives;
 mod opd;
+mod organic;
 mod ratios;
 mod replay;
 mod scale;
@@ -47,6 +48,7 @@ pub fn def(c: Claim) -> ClaimDef {
         Claim::FixLeaderboard => replay::LEADERBOARD,
         Claim::ScaleDrift => scale::SCALE,
         Claim::Opd => opd::OPD,
+        Claim::Organic => organic::ORGANIC,
     }
 }
 

@@ -11,6 +11,7 @@ use std::path::Path;
 
 mod frame_charts;
 mod leaderboard;
+mod opd;
 mod panels;
 mod scale;
 mod series;
@@ -20,6 +21,7 @@ use frame_charts::{
     clip_bars, clip_by_minibatch, drift_chart, drift_units, event_markers, reward_vs_compute,
 };
 pub(crate) use leaderboard::defect_caption;
+pub use opd::OPD_PLOTS;
 use panels::{drift_heatmap, forest, mechanism, variance_by_length, variance_by_prefix};
 pub use scale::{SCALE_PLOTS, scale_plots};
 use series::{band_chart, curves, line, reference};
@@ -205,6 +207,13 @@ fn plots_in(dir: &Path, r: &Regime, eps: &[&Endpoint], named: bool) -> Result<Ve
     if let Some(board) = leaderboard::leaderboard(r, eps)? {
         board.save(dir, "leaderboard")?;
         made.insert(0, "leaderboard");
+    }
+    if r.claims.contains(&crate::experiment::Claim::Opd) {
+        for (mut chart, stem) in opd::opd_charts(r)? {
+            merge_twins(&mut chart, same);
+            pdir.save(chart, stem)?;
+            made.push(stem);
+        }
     }
     // A KL is positive and spans decades across regimes: always a log axis.
     let (series, _) = band_chart(&curves(&f.steps, multi, "step", "mismatch_kl_k3")?, false);
