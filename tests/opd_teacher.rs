@@ -234,3 +234,28 @@ fn the_default_teacher_is_a_longer_cold_start() {
     assert_eq!(t.coldstart.lr, cs.lr);
     assert_eq!(t.seed, None);
 }
+
+/// The teacher's routing beside the student's: a teacher with the student's own weights picks
+/// the student's experts everywhere (overlap 1 in both units), and its router's mass on its k
+/// experts is a share; a teacher of other weights overlaps less.
+#[test]
+fn the_teacher_student_router_overlap_is_one_for_the_student_itself() {
+    use driftlab::metrics::rows::teacher_routing;
+    let cfg = tiny_rl(
+        Algorithm::default_of(AlgorithmKind::Gvpd),
+        RoutingMode::Native,
+    );
+    let same = Trainer::new(cfg.clone(), warm_tiny(), short_sort(), 4)
+        .unwrap()
+        .with_teacher(warm_tiny())
+        .unwrap()
+        .step();
+    let [top1, topk, mass] = teacher_routing(&same);
+    assert_eq!((top1, topk), (Some(1.0), Some(1.0)));
+    let mass = mass.expect("a MoE teacher's mass");
+    assert!(mass > 0.0 && mass <= 1.0 + 1e-6, "{mass}");
+    let other = trainer(cfg, 4).step();
+    let [top1, topk, _] = teacher_routing(&other);
+    let (top1, topk) = (top1.unwrap(), topk.unwrap());
+    assert!(top1 < 1.0 && topk < 1.0 && topk > 0.0, "{top1} {topk}");
+}

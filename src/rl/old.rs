@@ -28,6 +28,10 @@ pub(super) struct OldPass {
     /// The teacher's logits of the response tokens `[n_tok, vocab]` (row-major), for the
     /// full-vocabulary losses only.
     pub teacher_logits: Option<Vec<f32>>,
+    /// Per MoE layer of a MoE teacher: its native routes `[tokens, k_T]` and its router's mass
+    /// on them per token (empty for a dense teacher or none).
+    pub teacher_routes: Vec<Vec<u16>>,
+    pub teacher_mass: Vec<Vec<f32>>,
     /// PR²: per MoE layer, the router inputs `[tokens, d_model]` (empty without PR²).
     pub inputs: Vec<Vec<f32>>,
     /// PR²: per MoE layer, the predicted routes the updates replay instead of `routes`.
@@ -50,6 +54,10 @@ pub(super) struct OldPolicy {
     pub routes: Vec<Vec<Vec<u16>>>,
     /// The teacher's log-probs of every sampled token, when a teacher is set.
     pub logp_teacher: Option<Vec<f32>>,
+    /// Per MoE layer of a MoE teacher over the whole layout: its native routes and its
+    /// router's top-k mass per token (empty for a dense teacher or none).
+    pub teacher_routes: Vec<Vec<u16>>,
+    pub teacher_mass: Vec<Vec<f32>>,
 }
 
 /// π_old: one no-graph forward of `model` per micro-batch, before the first update, in exactly
@@ -107,10 +115,12 @@ pub(super) fn old_policy(
         };
         let picked = logits.select(0, rows());
         let host = to_vec(picked.clone());
-        let (logp_teacher, teacher_logits) = match teacher {
-            Some(t) => teacher_pass(t, mb, rows(), cfg),
-            None => (None, None),
-        };
+        let tp = teacher.map(|t| teacher_pass(t, mb, rows(), cfg));
+        let (logp_teacher, teacher_logits) = (
+            tp.as_ref().map(|t| t.logp.clone()),
+            tp.as_ref().and_then(|t| t.logits.clone()),
+        );
+        let (teacher_routes, teacher_mass) = tp.map(|t| (t.routes, t.mass)).unwrap_or_default();
         OldPass {
             entropy_sum: entropy_sum(&host, model.cfg.vocab_size, temp),
             logp: to_vec(token_logp(picked, &mb.targets, temp)),
@@ -124,6 +134,8 @@ pub(super) fn old_policy(
             }),
             logp_teacher,
             teacher_logits,
+            teacher_routes,
+            teacher_mass,
             inputs,
             predicted,
         }
@@ -140,13 +152,48 @@ pub(super) fn old_policy(
             .flat_map(|o| o.logp_teacher.iter().flatten().copied())
             .collect()
     });
+    let (teacher_routes, teacher_mass) = teacher_layers(&passes, teacher, model);
     OldPolicy {
         passes,
         logp,
         entropy,
         routes,
         logp_teacher,
+        teacher_routes,
+        teacher_mass,
     }
+}
+
+/// The teacher's routes and router mass over the whole rollout layout, per MoE layer, from the
+/// micro-batches' passes in order (as π_old's routes are joined).
+fn teacher_layers(
+    passes: &[OldPass],
+    teacher: Option<&Model>,
+    model: &Model,
+) -> (Vec<Vec<u16>>, Vec<Vec<f32>>) {
+    let t_layers = passes.first().map_or(0, |p| p.teacher_routes.len());
+    // The teacher's routes name the student's experts only when it has the same layers,
+    // experts and k (the default teacher is the student's own cold start trained longer,
+    // from the same initialisation, so expert e is the same expert in both).
+    let comparable = teacher.is_some_and(|t| {
+        (t.cfg.n_layers, t.cfg.n_experts, t.cfg.top_k)
+            == (model.cfg.n_layers, model.cfg.n_experts, model.cfg.top_k)
+            && t.cfg.is_moe()
+            && model.cfg.is_moe()
+    });
+    let teacher_routes = if comparable {
+        concat_layers(passes.iter().map(|o| &o.teacher_routes), t_layers)
+    } else {
+        Vec::new()
+    };
+    let teacher_mass = (0..t_layers)
+        .map(|l| {
+            (passes.iter())
+                .flat_map(|o| o.teacher_mass[l].iter().copied())
+                .collect()
+        })
+        .collect();
+    (teacher_routes, teacher_mass)
 }
 
 /// PR²'s second π_old pass: the micro-batch forced onto the `predicted` routes, with each MoE
@@ -175,19 +222,44 @@ fn floats_rows(x: Vec<f32>, cols: usize, device: &burn::tensor::Device) -> Tenso
     floats(x, [rows, cols], device)
 }
 
-/// The teacher's log-probs of a micro-batch's response tokens (`rows` of its logits) and, for
-/// the full-vocabulary losses only, those rows' logits: one natively routed forward, no graph.
-fn teacher_pass(
-    t: &Model,
-    mb: &Minibatch,
-    rows: Tensor<1, Int>,
-    cfg: &RlConfig,
-) -> (Option<Vec<f32>>, Option<Vec<f32>>) {
-    let (logits, _) = t.forward_sharing(&mb.batch, &ForwardOptions::default(), mb.groups);
+/// What the teacher's pass gives for one micro-batch.
+struct TeacherPass {
+    logp: Vec<f32>,
+    logits: Option<Vec<f32>>,
+    /// Per MoE layer: native routes `[tokens, k]` and the router's mass on them per token.
+    routes: Vec<Vec<u16>>,
+    mass: Vec<Vec<f32>>,
+}
+
+/// The teacher's log-probs of a micro-batch's response tokens (`rows` of its logits), for the
+/// full-vocabulary losses only those rows' logits, and for a MoE teacher its native routes and
+/// its router's top-k mass per token: one natively routed forward (no forced routes, offsets or
+/// filter), no graph.
+fn teacher_pass(t: &Model, mb: &Minibatch, rows: Tensor<1, Int>, cfg: &RlConfig) -> TeacherPass {
+    let opts = if t.cfg.is_moe() {
+        routing(t.cfg.n_layers, None, None, None, false)
+    } else {
+        ForwardOptions::default()
+    };
+    let (logits, traces) = t.forward_sharing(&mb.batch, &opts, mb.groups);
     let picked = logits.select(0, rows);
     let logp = to_vec(token_logp(picked.clone(), &mb.targets, cfg.temperature));
-    let full = cfg.algorithm.needs_teacher_logits().then(|| to_vec(picked));
-    (Some(logp), full)
+    let logits = cfg.algorithm.needs_teacher_logits().then(|| to_vec(picked));
+    let (routes, probs) = native_and_probs(traces);
+    let (k, e) = (t.cfg.top_k, t.cfg.n_experts);
+    let mass = (routes.iter().zip(&probs))
+        .map(|(r, p)| {
+            (r.chunks_exact(k).zip(p.chunks_exact(e)))
+                .map(|(ids, row)| ids.iter().map(|&i| row[usize::from(i)]).sum())
+                .collect()
+        })
+        .collect();
+    TeacherPass {
+        logp,
+        logits,
+        routes,
+        mass,
+    }
 }
 
 /// Forward options with router distributions for a model of `n_layers` MoE layers: `forced`

@@ -75,6 +75,10 @@ pub struct StepOutput {
     /// (`NO_ROUTE` where never routed) and π_old's native routes; real-token mask.
     pub routes_rollout: Vec<Vec<u16>>,
     pub routes_old: Vec<Vec<u16>>,
+    /// Per MoE layer of a MoE teacher over the same layout: its native routes `[tokens, k_T]`
+    /// and its router's mass on them per token (empty for a dense teacher or none).
+    pub routes_teacher: Vec<Vec<u16>>,
+    pub teacher_mass: Vec<Vec<f32>>,
     pub valid: Vec<bool>,
     pub updates: Vec<UpdateRecord>,
     pub t_rollout: f64,

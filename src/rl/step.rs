@@ -204,6 +204,8 @@ impl Trainer {
             logp_teacher: old.logp_teacher,
             entropy: old.entropy,
             routes_old: concat_layers(old.routes.iter(), n_layers),
+            routes_teacher: old.teacher_routes,
+            teacher_mass: old.teacher_mass,
             routes_rollout: b.ro.generation.routes,
             valid: b.ro.generation.batch.valid,
             logp_mu: b.logp_mu,

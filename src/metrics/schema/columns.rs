@@ -96,6 +96,24 @@ pub static STEPS: FrameSchema = FrameSchema {
              `eval_accuracy` (a constant of the cell; on the steps that evaluate, null \
              elsewhere and without rl.teacher)",
         ),
+        f(
+            "teacher_route_top1",
+            "share of the rollout batch's (token, layer) where the teacher's first expert is \
+             π_old's first (null without a MoE teacher of the student's layers, experts and k)",
+        )
+        .unread(),
+        f(
+            "teacher_route_topk",
+            "mean share of π_old's k experts per (token, layer) that the teacher also routes to \
+             (null as teacher_route_top1)",
+        )
+        .unread(),
+        f(
+            "teacher_router_mass",
+            "the teacher router's mass on its own k experts, mean over the rollout batch's \
+             (token, layer) (null without a MoE teacher)",
+        )
+        .unread(),
     ],
 };
 

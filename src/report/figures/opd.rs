@@ -37,7 +37,7 @@ pub(super) fn opd_charts(r: &Regime) -> Result<Vec<(LineChart, &'static str)>> {
         ),
     )];
     let (series, _) = band_chart(&curves(&f.steps, false, "step", "teacher_kl")?, true);
-    let mut kl = line(
+    let kl = line(
         "Teacher KL per token, log π_S − log π_T on the student's samples: EMA(0.9), 95% band",
         "RL step",
         "teacher KL per token (nats)",
