@@ -88,8 +88,7 @@ pub static STEPS: FrameSchema = FrameSchema {
             "mean over the rollout batch's response tokens of log π_old − log π_T, the student's \
              log-prob (the trainer's recompute before the step) minus the frozen teacher's: a \
              sampled estimate of KL(π_S ‖ π_T) per token (null without rl.teacher)",
-        )
-        .unread(),
+        ),
         f(
             "teacher_eval",
             "the frozen teacher's greedy eval accuracy, by the same evaluation as \

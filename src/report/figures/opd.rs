@@ -36,6 +36,9 @@ pub(super) fn opd_charts(r: &Regime) -> Result<Vec<(LineChart, &'static str)>> {
             teacher.len()
         ),
     )];
+    if f.steps.column("teacher_kl").is_err() {
+        return Ok(vec![(acc, OPD_PLOTS[0])]);
+    }
     let (series, _) = band_chart(&curves(&f.steps, false, "step", "teacher_kl")?, true);
     let kl = line(
         "Teacher KL per token, log π_S − log π_T on the student's samples: EMA(0.9), 95% band",
