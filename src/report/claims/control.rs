@@ -30,14 +30,7 @@ pub const CONTROL_METRICS: [(&str, &str); 2] = [
 /// less noisy of the two (the stability map at 6 seeds: median paired SD 0.036 against 0.069).
 pub(super) fn control(regs: &[Regime]) -> Vec<Endpoint> {
     let mut out = Vec::new();
-    for r in regs {
-        let Some(c) = r
-            .control
-            .as_ref()
-            .and_then(|c| regs.iter().find(|x| x.name == *c))
-        else {
-            continue;
-        };
+    for (r, c) in with_controls(regs) {
         for (a, _) in &r.arms.arms {
             let Some((b, _)) = c.arms.arms.iter().find(|(b, _)| b.name == a.name) else {
                 continue;
@@ -57,6 +50,14 @@ pub(super) fn control(regs: &[Regime]) -> Vec<Endpoint> {
         }
     }
     out
+}
+
+/// Every regime that names a `control`, with that control regime.
+pub(super) fn with_controls(regs: &[Regime]) -> impl Iterator<Item = (&Regime, &Regime)> {
+    regs.iter().filter_map(|r| {
+        let c = r.control.as_ref()?;
+        Some((r, regs.iter().find(|x| x.name == *c)?))
+    })
 }
 
 /// (l): the control a regime is compared against and its collapses.

@@ -45,14 +45,7 @@ fn interaction(
 /// (q) per regime with a control; the module docs say what each endpoint compares.
 pub(super) fn organic(regs: &[Regime]) -> Vec<Endpoint> {
     let mut out = Vec::new();
-    for r in regs {
-        let Some(c) = r
-            .control
-            .as_ref()
-            .and_then(|c| regs.iter().find(|x| x.name == *c))
-        else {
-            continue;
-        };
+    for (r, c) in super::control::with_controls(regs) {
         let (Some(g), Some(gc)) = (
             r.arms.grpo(RoutingMode::Native),
             c.arms.grpo(RoutingMode::Native),
