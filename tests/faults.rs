@@ -512,7 +512,7 @@ fn ci_quick_forms(script: &str) -> Vec<(String, Vec<String>)> {
 /// No quick form that CI runs (`.ci/run`) spends a study's seed: the seeds each one runs (its
 /// `--seeds`, else its spec's `quick_seeds`, else the spec's first seed, as `--quick` picks
 /// them) lie outside every study's seeds (specs pre-registered or on fresh seeds, or that
-/// declare `quick_seeds`; every regime's own list included).
+/// declare `quick_seeds`; every regime's own list included), and no two studies share a seed.
 #[test]
 fn ci_quick_forms_run_no_study_seed() {
     let mut study: BTreeMap<u64, String> = BTreeMap::new();
@@ -527,8 +527,13 @@ fn ci_quick_forms_run_no_study_seed() {
             || spec.quick_seeds.is_some()
         {
             let regimes = spec.regimes.iter().flat_map(|r| r.seeds.iter().flatten());
-            for &s in spec.seeds.iter().chain(regimes) {
-                study.entry(s).or_insert_with(|| spec.name.clone());
+            let mine: std::collections::BTreeSet<u64> =
+                spec.seeds.iter().chain(regimes).copied().collect();
+            for s in mine {
+                // No two studies share a seed: each draws its fresh seeds from a range of its own.
+                if let Some(other) = study.insert(s, spec.name.clone()) {
+                    panic!("seed {s} is a study seed of both {other} and {}", spec.name);
+                }
             }
         }
         specs.insert(spec.name.clone(), spec);
@@ -538,6 +543,9 @@ fn ci_quick_forms_run_no_study_seed() {
         "drift_scale",
         "token_noise",
         "stability_map",
+        "opd",
+        "c2_organic",
+        "c8_confirm",
     ] {
         assert!(
             study.values().any(|n| n == name),
