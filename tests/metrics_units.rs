@@ -185,20 +185,22 @@ fn the_opd_rules_fire_once_each_and_only_under_a_teacher() {
     let plain = vec![opd(0, 10.0, 0.5, None), opd(1, 2.0, 0.5, None)];
     let mut d = CollapseDetector::new(CollapseConfig::default());
     assert!(kinds(&mut d, plain).is_empty());
-    let stream = vec![
+    // A one-batch spike of the teacher KL (0.4 -> 2.0 -> 0.4) moves its EMA by 0.16: no event.
+    let mut stream = vec![
         opd(0, 10.0, 0.5, Some(0.4)),
-        opd(1, 6.0, 0.9, Some(0.7)),
-        opd(2, 4.9, 1.1, Some(0.80)),
-        opd(3, 3.0, 1.2, Some(0.85)),
-        opd(4, 2.0, 1.5, Some(2.0)),
+        opd(1, 6.0, 0.9, Some(2.0)),
+        opd(2, 4.9, 1.1, Some(0.4)),
+        opd(3, 3.0, 1.2, Some(0.4)),
     ];
+    // A lasting rise to 2.0: the EMA (0.9 on the past) passes 2 x 0.4 + 0.01 at step 6.
+    stream.extend((4..10).map(|i| opd(i, 3.0, 1.2, Some(2.0))));
     let mut d = CollapseDetector::new(CollapseConfig::default());
     assert_eq!(
         kinds(&mut d, stream),
         vec![
             ("length_collapse".into(), 2),
             ("entropy_inflation".into(), 2),
-            ("teacher_divergence".into(), 3),
+            ("teacher_divergence".into(), 6),
         ]
     );
     let bad = CollapseConfig {

@@ -23,10 +23,12 @@
 //!   the teacher on short responses); reported once.
 //! - `entropy_inflation`: entropy rises above `entropy_rise` × its step-0 value (the student's
 //!   mass spreads instead of sharpening toward the teacher's); reported once.
-//! - `teacher_divergence`: the per-token teacher KL (`teacher_kl`) rises above
-//!   `teacher_kl_rise` × its step-0 value (plus 0.01 nats, so that a start near 0 does not
-//!   flag noise): the student's samples move where the teacher puts little mass, the
-//!   opposite of distillation; reported once.
+//! - `teacher_divergence`: the EMA (weight `reward_ema` on the past) of the per-token teacher
+//!   KL (`teacher_kl`) rises above `teacher_kl_rise` × its step-0 value (plus 0.01 nats, so
+//!   that a start near 0 does not flag noise): the student's samples move where the teacher
+//!   puts little mass, the opposite of distillation; reported once. (Its first form read each
+//!   step's value unsmoothed and fired on single-batch spikes: `results/opd` holds events of
+//!   that form.)
 
 use anyhow::{Result, ensure};
 use serde::{Deserialize, Serialize};
@@ -208,6 +210,7 @@ pub struct CollapseDetector {
     /// The OPD rules' step-0 values (length, entropy, teacher KL) and what they reported.
     opd0: Option<[f64; 3]>,
     opd_reported: [bool; 3],
+    kl_ema: Option<f64>,
     /// Set once the cell must stop (`non_finite_stop` non-finite updates in a row).
     pub collapsed: bool,
 }
@@ -259,9 +262,16 @@ impl CollapseDetector {
         push: &mut impl FnMut(EventKind, f64, f64, String, usize),
     ) {
         let Some(kl) = s.teacher_kl else { return };
-        let now = [s.resp_len_mean, s.entropy, kl];
-        let start = *self.opd0.get_or_insert(now);
         let c = &self.cfg;
+        // The teacher KL of one rollout batch is noisy: its EMA (the reward's weight) is read.
+        let ema = match (self.kl_ema, kl.is_finite()) {
+            (Some(e), true) => c.reward_ema * e + (1.0 - c.reward_ema) * kl,
+            (Some(e), false) => e,
+            (None, _) => kl,
+        };
+        self.kl_ema = Some(ema);
+        let now = [s.resp_len_mean, s.entropy, ema];
+        let start = *self.opd0.get_or_insert(now);
         let rules = [
             (
                 EventKind::LengthCollapse,
