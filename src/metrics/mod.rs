@@ -7,3 +7,4 @@ pub mod ratio;
 pub mod responses;
 pub mod rows;
 pub mod schema;
+pub mod teacher;

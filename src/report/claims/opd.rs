@@ -38,11 +38,17 @@ pub const DRIFT_UNITS: [(&str, &str); 3] = [
 /// Per seed, the mean of `column` over `arm`'s rows of `df` (empty where the frame lacks the
 /// column: a run from before it existed).
 pub fn seed_means(df: &DataFrame, arm: &str, column: &str) -> BTreeMap<i64, f64> {
+    per_seed(df, Some(arm), column)
+}
+
+/// Per seed, the finite means of `column` over the rows of `arm` (of every arm: None).
+fn per_seed(df: &DataFrame, arm: Option<&str>, column: &str) -> BTreeMap<i64, f64> {
     let go = || -> PolarsResult<BTreeMap<i64, f64>> {
-        let g = df
-            .clone()
-            .lazy()
-            .filter(col("arm").eq(lit(arm.to_string())))
+        let rows = match arm {
+            Some(a) => df.clone().lazy().filter(col("arm").eq(lit(a.to_string()))),
+            None => df.clone().lazy(),
+        };
+        let g = rows
             .group_by([col("seed")])
             .agg([col(column).cast(DataType::Float64).mean()])
             .collect()?;
@@ -175,27 +181,7 @@ fn replay(r: &RegimeData, out: &mut Vec<Endpoint>) {
 /// The teacher's greedy eval accuracy per seed (the steps frame's `teacher_eval`, the same
 /// evaluation as the student's), averaged over the regime's cells of that seed.
 pub fn teacher_eval(steps: &DataFrame) -> BTreeMap<i64, f64> {
-    let go = || -> PolarsResult<BTreeMap<i64, f64>> {
-        let g = steps
-            .clone()
-            .lazy()
-            .group_by([col("seed")])
-            .agg([col("teacher_eval").mean()])
-            .collect()?;
-        let (s, v) = (
-            g.column("seed")?.cast(&DataType::Int64)?,
-            g.column("teacher_eval")?,
-        );
-        let (s, v) = (s.i64()?, v.f64()?);
-        Ok(s.iter()
-            .zip(v.iter())
-            .filter_map(|(s, v)| Some((s?, v?)))
-            .collect())
-    };
-    if steps.column("teacher_eval").is_err() {
-        return BTreeMap::new();
-    }
-    go().unwrap_or_default()
+    per_seed(steps, None, "teacher_eval")
 }
 
 /// (p): the teacher's accuracy, each arm's final accuracy as a share of it, and the events.
