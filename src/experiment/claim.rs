@@ -65,6 +65,9 @@ claims! {
     /// (q) C2 with drift from the router's own updates: R2/R3 against GRPO where a regime has a
     /// control, and every fix's arm × drift interaction.
     Organic = 'q',
+    /// (r) router precision in the rollout engine: a bf16 router against an fp32 one in the
+    /// same bf16 engine (route mismatch, mismatch KL, final accuracy), and R3's interaction.
+    RouterPrecision = 'r',
 }
 
 /// The claims a spec that names none tests: (a)–(f), the flagship's family.
@@ -116,5 +119,23 @@ mod tests {
         }
         assert_eq!(Claim::from_letter('z'), None);
         assert_eq!(serde_json::to_string(&Claim::DepthDrift).unwrap(), "\"k\"");
+    }
+}
+
+/// What claim (j)'s compute-to-reach target is read from (the spec's `compute_target`,
+/// declared before the run): `GAIN_SHARE` of the way from the reference arm's first reward EMA
+/// to its best (`best`, the default, as the exploratory runs) or to its mean over the last
+/// tenth of its steps (`final_reward`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ComputeTarget {
+    #[default]
+    Best,
+    FinalReward,
+}
+
+impl ComputeTarget {
+    pub fn is_best(&self) -> bool {
+        *self == ComputeTarget::Best
     }
 }

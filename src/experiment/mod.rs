@@ -19,7 +19,7 @@ pub(crate) mod version;
 
 pub use catalog::{find_spec, list_specs};
 pub use cell::CellConfig;
-pub use claim::{CLAIM_LETTERS, Claim, DEFAULT_CLAIMS};
+pub use claim::{CLAIM_LETTERS, Claim, ComputeTarget, DEFAULT_CLAIMS};
 pub use role::Role;
 pub use runner::{RunOptions, cold_start, run_experiment};
 pub use shard::Shard;

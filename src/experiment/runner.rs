@@ -395,7 +395,7 @@ fn record_step(
     ))?;
     for u in &out.updates {
         f.updates.push(update_row(id, out.step, u, shape))?;
-        for r in layer_rows(id, out.step, u, shape) {
+        for r in layer_rows(id, out.step, u, shape, &out.router_check) {
             f.layers.push(r)?;
         }
     }

@@ -127,6 +127,9 @@ pub struct ExperimentSpec {
     /// fresh seeds; they must not overlap `seeds`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quick_seeds: Option<Vec<u64>>,
+    /// Claim (j)'s target ([`super::ComputeTarget`]): `best` (default) or `final_reward`.
+    #[serde(default, skip_serializing_if = "super::ComputeTarget::is_best")]
+    pub compute_target: super::ComputeTarget,
 }
 
 pub use super::claim::{CLAIM_LETTERS, DEFAULT_CLAIMS};

@@ -270,7 +270,15 @@ fn drift_cols(id: &CellId, u: &UpdateRecord, shape: Shape) -> Vec<(&'static str,
 }
 
 /// Per-layer drift, router entropy and load of one update.
-pub fn layer_rows(id: &CellId, step: usize, u: &UpdateRecord, shape: Shape) -> Vec<Row> {
+/// `check`: the step's router check per layer (`rl.router_check`; empty when off), written on
+/// minibatch 0's rows.
+pub fn layer_rows(
+    id: &CellId,
+    step: usize,
+    u: &UpdateRecord,
+    shape: Shape,
+    check: &[crate::rl::engine_router::RouterCheck],
+) -> Vec<Row> {
     if !shape.moe || u.routes_after.is_empty() {
         return Vec::new();
     }
@@ -321,6 +329,7 @@ pub fn layer_rows(id: &CellId, step: usize, u: &UpdateRecord, shape: Shape) -> V
                     Val::I(dead_experts(&load, DEAD_EXPERT_LOAD) as i64),
                 ),
             ]);
+            row.extend(router_check_cols(check.get(l).filter(|_| u.minibatch == 0)));
             row
         })
         .collect()
@@ -479,5 +488,23 @@ pub fn step_row(
         ("teacher_route_topk", Val::F(topk)),
         ("teacher_router_mass", Val::F(mass)),
     ]);
+    let mut pooled = crate::rl::engine_router::RouterCheck::default();
+    out.router_check.iter().for_each(|c| pooled.add(c));
+    row.extend(router_check_cols(
+        (!out.router_check.is_empty()).then_some(&pooled),
+    ));
     row
+}
+
+/// The router check's three columns ([`crate::rl::engine_router::RouterCheck::shares`]), null
+/// without a check.
+pub fn router_check_cols(
+    c: Option<&crate::rl::engine_router::RouterCheck>,
+) -> [(&'static str, Val); 3] {
+    let [d, t, fl] = c.map_or([None; 3], |c| c.shares());
+    [
+        ("router_disagree_frac", Val::F(d)),
+        ("router_bf16_tie_frac", Val::F(t)),
+        ("router_bf16_tie_flip_frac", Val::F(fl)),
+    ]
 }

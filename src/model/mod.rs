@@ -7,6 +7,7 @@ pub mod routes;
 pub mod shared;
 pub mod weights;
 
+pub use crate::util::bf16::{bf16_round, round_bf16};
 pub use attention::LayerCache;
 pub use config::{ExpertPath, FfnKind, ModelConfig, Preset, RouterKind};
 pub use moe::{LayerRouting, NO_ROUTE, RoutingTrace, native_topk};
@@ -401,25 +402,4 @@ pub fn token_logp(logits: Tensor<2>, targets: &[usize], temperature: f32) -> Ten
     let lp = log_softmax(logits / temperature, 1);
     lp.gather(1, crate::util::tensors::ints(targets, [n, 1], &device))
         .reshape([n])
-}
-
-/// Round a float to the nearest bfloat16 value (ties to even), kept in f32.
-pub fn bf16_round(v: f32) -> f32 {
-    if !v.is_finite() {
-        return v;
-    }
-    let b = v.to_bits();
-    let rounded = b.wrapping_add(0x7FFF + ((b >> 16) & 1)) & 0xFFFF_0000;
-    f32::from_bits(rounded)
-}
-
-/// Round every element of `x` to bfloat16 precision (through the host; rollout only).
-pub fn round_bf16<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    let dims = x.dims();
-    let device = x.device();
-    let v: Vec<f32> = crate::util::tensors::to_vec(x)
-        .into_iter()
-        .map(bf16_round)
-        .collect();
-    crate::util::tensors::floats(v, dims, &device)
 }

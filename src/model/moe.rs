@@ -53,6 +53,9 @@ pub struct LayerRouting<'a> {
     pub replay_filter: Option<f32>,
     /// Return the router's input in the trace.
     pub want_input: bool,
+    /// Round the router logits to bf16 before the scores and the top-k (a rollout engine's
+    /// `router_precision.logits = "bf16"`; never the trainer).
+    pub round_logits: bool,
     /// Per token, how many tokens of a larger batch it stands for (a forward that computes rows
     /// shared by several batch rows once, `super::shared`): the fused path's expert products
     /// keep that batch's gemm path (the sharing forwards require the fused path).
@@ -148,6 +151,9 @@ fn route(w: &MoeWeights, cfg: &ModelConfig, x: &Tensor<2>, routing: &LayerRoutin
     let mut logits = x.clone().matmul(w.router.clone()); // [T, E]
     if let Some(off) = routing.logit_offset.clone() {
         logits = logits + off;
+    }
+    if routing.round_logits {
+        logits = crate::util::bf16::round_bf16(logits);
     }
     let (gate_src, probs) = router_scores(cfg, logits.clone());
     let probs_host = to_vec(probs.clone().inner());

@@ -273,6 +273,7 @@ impl Model {
             routing: &|l| LayerRouting {
                 forced: forced.get(l).and_then(|f| f.as_deref()),
                 want_input: opts.routing.get(l).is_some_and(|r| r.want_input),
+                round_logits: opts.routing.get(l).is_some_and(|r| r.round_logits),
                 repeats: Some(&lay.repeats),
                 ..LayerRouting::default()
             },

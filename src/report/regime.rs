@@ -23,6 +23,8 @@ pub struct Regime {
     pub secondary: Vec<Claim>,
     /// The spec declared "reversed" as an outcome (two-sided primary tests).
     pub reversal: bool,
+    /// Claim (j)'s target (the spec's `compute_target`).
+    pub compute_target: crate::experiment::ComputeTarget,
     /// The regime's value on the sweep axis, in a sweep.
     pub x: Option<f64>,
     /// The regime it is compared against, and its place in the stability map.
@@ -73,6 +75,7 @@ pub fn regimes_of(f: &RunFrames, info: &RunInfo) -> Result<Vec<Regime>> {
             claims: info.claims.clone(),
             secondary: info.secondary.clone(),
             reversal: info.reversal,
+            compute_target: info.compute_target,
             x: info.regime(r).and_then(|x| x.x),
             control: info.regime(r).and_then(|x| x.control.clone()),
             map: info.regime(r).and_then(|x| x.map.clone()),

@@ -39,6 +39,8 @@ pub struct RunInfo {
     pub reversal: bool,
     /// The sweep axis (each regime's value on it is its `x`).
     pub sweep: Option<String>,
+    /// Claim (j)'s target (the spec's `compute_target`).
+    pub compute_target: crate::experiment::ComputeTarget,
     /// Per frame, the columns `driftlab slim` dropped from this folder (config.json's `slim`).
     pub slimmed: std::collections::BTreeMap<String, Vec<String>>,
     /// The canonical indices in `cells` of the cells this folder ran (config.json's `ran`: a
@@ -60,6 +62,7 @@ impl Default for RunInfo {
             secondary: Vec::new(),
             reversal: false,
             sweep: None,
+            compute_target: Default::default(),
             slimmed: Default::default(),
             ran: None,
             git_commit: None,
@@ -147,6 +150,7 @@ impl RunInfo {
             secondary: Claim::of_letters(&spec.secondary),
             reversal: spec.reversal,
             sweep: spec.sweep,
+            compute_target: spec.compute_target,
             regimes: spec.regimes,
             arms: spec.arms,
             slimmed,

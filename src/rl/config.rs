@@ -13,6 +13,7 @@ pub use super::algorithm::{
     Aggregation, Algorithm, AlgorithmKind, CispoConfig, GmpoConfig, GrpoConfig, GspoConfig,
     GvpdConfig, GvpoConfig, OpdKlConfig, OpdPgConfig,
 };
+pub use super::engine_router::{Precision, RouterPrecision};
 use super::teacher::TeacherConfig;
 
 crate::named_enum! {
@@ -172,6 +173,14 @@ macro_rules! rl_config {
             pub rollout_shards: usize,
             pub temperature: f32,
             pub mismatch: Mismatch,
+            /// The rollout engine's router precision, apart from the rest of `mismatch` (see
+            /// [`super::engine_router`]); left out of a written config at its default.
+            #[serde(skip_serializing_if = "RouterPrecision::is_default")]
+            pub router_precision: RouterPrecision,
+            /// Check the engine's expert choices against an f64 router once per step (see
+            /// [`super::engine_router`]); left out of a written config when off.
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            pub router_check: bool,
             pub advantage: AdvantageMode,
             $(
                 #[doc = concat!("The `", stringify!($key), "` stability fix ([`", stringify!($fix), "`](super::fixes::", stringify!($fix), "), ")]
@@ -238,6 +247,8 @@ macro_rules! rl_config {
                     rollout_shards: 2,
                     temperature: 1.0,
                     mismatch: Mismatch::None,
+                    router_precision: RouterPrecision::default(),
+                    router_check: false,
                     advantage: AdvantageMode::MeanStd,
                     $($key: None,)*
                     allow_stacked_engine_ratio: false,

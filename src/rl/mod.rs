@@ -5,6 +5,7 @@ pub mod algorithm;
 pub mod config;
 pub mod correct;
 pub mod drift;
+pub mod engine_router;
 pub mod fix_settings;
 pub mod fixes;
 pub mod loss;
@@ -21,8 +22,8 @@ pub mod teacher;
 pub use config::{
     AdvantageMode, Aggregation, Algorithm, AlgorithmKind, CispoConfig, DriftInjection, GmpoConfig,
     GrpoConfig, GspoConfig, GvpdConfig, GvpoConfig, IcePopConfig, LrSchedule, MisConfig, MisLevel,
-    Mismatch, OldLogp, OpdKlConfig, OpdPgConfig, OpsmConfig, Pr2Config, Pr2Gates,
-    ReplayThresholdConfig, RlConfig, RouterShiftConfig, RoutingMode, TisConfig,
+    Mismatch, OldLogp, OpdKlConfig, OpdPgConfig, OpsmConfig, Pr2Config, Pr2Gates, Precision,
+    ReplayThresholdConfig, RlConfig, RouterPrecision, RouterShiftConfig, RoutingMode, TisConfig,
 };
 pub use step::{StepOutput, Trainer, UpdateRecord};
 pub use teacher::TeacherConfig;

@@ -281,6 +281,7 @@ pub(super) fn routing<'a>(
             choice_offset: None,
             replay_filter: forced.and(replay_filter),
             want_input: want_inputs,
+            round_logits: false,
             repeats: None,
         })
         .collect();

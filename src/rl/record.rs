@@ -80,8 +80,12 @@ pub struct StepOutput {
     pub routes_teacher: Vec<Vec<u16>>,
     pub teacher_mass: Vec<Vec<f32>>,
     pub valid: Vec<bool>,
+    /// Per MoE layer, the engine's expert choices against an f64 router on the same hidden
+    /// states (`rl.router_check`; empty when off): see [`super::engine_router`].
+    pub router_check: Vec<super::engine_router::RouterCheck>,
     pub updates: Vec<UpdateRecord>,
     pub t_rollout: f64,
+    /// `t_probe` includes the router check's forward when it is on.
     /// π_old recompute, advantages and updates (the probe's time excluded).
     pub t_update: f64,
     pub t_probe: f64,

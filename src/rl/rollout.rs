@@ -2,8 +2,9 @@
 //! device, with an optional numerical mismatch that only this engine sees.
 
 use super::config::{Mismatch, RlConfig};
+use super::engine_router::RouterPrecision;
 use crate::generate::{Generation, Sampling, generate_sharded};
-use crate::model::{ForwardOptions, LayerRouting, Model, bf16_round};
+use crate::model::{ForwardOptions, LayerRouting, Model, ParamGroup, bf16_round};
 use crate::task::{Problem, Task};
 use crate::util::tensors::floats;
 use rand::rngs::Xoshiro256PlusPlus;
@@ -19,24 +20,32 @@ pub struct Rollout {
     pub correct: Vec<bool>,
 }
 
-/// The model the rollout engine runs: the policy itself, or a bf16-rounded copy.
-pub fn engine_model(policy: &Model, mismatch: Mismatch) -> Model {
+/// The model the rollout engine runs: the policy itself, or a copy with its weights rounded to
+/// bf16 (every weight in a `bf16` engine; the router's as `router.weights` says).
+pub fn engine_model(policy: &Model, mismatch: Mismatch, router: RouterPrecision) -> Model {
     let inner = policy.inner();
-    match mismatch {
-        Mismatch::Bf16 => {
-            let device = inner.device();
-            let w = inner.weights.clone().map(|t| {
-                let dims = t.dims();
-                let v = crate::util::tensors::to_vec(t)
-                    .into_iter()
-                    .map(bf16_round)
-                    .collect();
-                floats(v, dims, &device)
-            });
-            Model::new(inner.cfg.clone(), w, &device)
-        }
-        _ => inner,
+    let engine_bf16 = matches!(mismatch, Mismatch::Bf16);
+    let router_bf16 = router.weights_bf16(engine_bf16);
+    if !engine_bf16 && !router_bf16 {
+        return inner;
     }
+    let device = inner.device();
+    let mut w = inner.weights.clone();
+    w.visit_mut(&mut |_, group, t| {
+        let round = match group {
+            ParamGroup::Router => router_bf16,
+            _ => engine_bf16,
+        };
+        if round {
+            let dims = t.dims();
+            let v = crate::util::tensors::to_vec(t.clone())
+                .into_iter()
+                .map(bf16_round)
+                .collect();
+            *t = floats(v, dims, &device);
+        }
+    });
+    Model::new(inner.cfg.clone(), w, &device)
 }
 
 /// Sample B problems and G responses each. `sample_rng` draws prompts and tokens;
@@ -55,7 +64,7 @@ pub fn rollout(
         .iter()
         .flat_map(|p| std::iter::repeat_n(p.prompt.clone(), cfg.group_size))
         .collect();
-    let model = engine_model(policy, cfg.mismatch);
+    let model = engine_model(policy, cfg.mismatch, cfg.router_precision);
     let logit_noise = match cfg.mismatch {
         Mismatch::LogitNoise { sigma } => sigma as f32,
         _ => 0.0,
@@ -69,6 +78,7 @@ pub fn rollout(
     let (n_layers, n_experts) = (model.cfg.n_layers, model.cfg.n_experts);
     let device = model.device();
     let round_bf16 = matches!(cfg.mismatch, Mismatch::Bf16);
+    let round_router_logits = cfg.router_precision.logits_bf16() && model.cfg.is_moe();
     let mut options = |n_tokens: usize| -> ForwardOptions<'static> {
         let mut noise = |n: usize, sigma: f64| -> Vec<f32> {
             let normal = Normal::new(0.0f32, sigma as f32).expect("valid sigma");
@@ -94,7 +104,7 @@ pub fn rollout(
             _ => Vec::new(),
         };
         ForwardOptions {
-            routing,
+            routing: round_logits(routing, n_layers, round_router_logits),
             want_probs: false,
             round_bf16,
         }
@@ -126,4 +136,18 @@ pub fn rollout(
         rewards,
         correct,
     }
+}
+
+/// Every layer's routing with `round_logits` set where `on` (an empty list, all native, grows
+/// to one entry a layer).
+fn round_logits(
+    mut routing: Vec<LayerRouting<'static>>,
+    n_layers: usize,
+    on: bool,
+) -> Vec<LayerRouting<'static>> {
+    if on {
+        routing.resize_with(n_layers, LayerRouting::default);
+        routing.iter_mut().for_each(|r| r.round_logits = true);
+    }
+    routing
 }

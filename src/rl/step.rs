@@ -160,6 +160,18 @@ impl Trainer {
         let x_rollout = Transfers::since(moved);
         let moved = Transfers::now();
         let started = Instant::now();
+        let t_check = Instant::now();
+        let router_check = match cfg.router_check {
+            true => super::engine_router::check(
+                &super::rollout::engine_model(behaviour, cfg.mismatch, cfg.router_precision),
+                behaviour,
+                &ro.generation.batch,
+                cfg.router_precision,
+                matches!(cfg.mismatch, super::Mismatch::Bf16),
+            ),
+            false => Vec::new(),
+        };
+        let t_check = t_check.elapsed().as_secs_f64();
         let b = Batch::new(ro, &cfg, self.model.cfg.top_k);
         assert!(
             cfg.teacher.is_none() || self.teacher.is_some(),
@@ -191,7 +203,7 @@ impl Trainer {
             self.probe(&b, m, walk.as_ref(), &mut rec);
             updates.push(rec);
         }
-        let t_probe: f64 = updates.iter().map(|u| u.t_probe).sum();
+        let t_probe: f64 = updates.iter().map(|u| u.t_probe).sum::<f64>() + t_check;
         let t_update = started.elapsed().as_secs_f64() - t_probe;
         let x_update = Transfers::since(moved);
         let n_layers = self.model.cfg.n_layers;
@@ -208,6 +220,7 @@ impl Trainer {
             teacher_mass: old.teacher_mass,
             routes_rollout: b.ro.generation.routes,
             valid: b.ro.generation.batch.valid,
+            router_check,
             logp_mu: b.logp_mu,
             rewards: b.ro.rewards,
             correct: b.ro.correct,

@@ -2,6 +2,7 @@
 //! maps, the host's description, host/device tensor conversions, and the mean and variance every
 //! statistic uses.
 
+pub mod bf16;
 pub mod finite;
 pub mod hash;
 pub mod host;

@@ -109,6 +109,7 @@ pub fn tiny_experiment(
         reversal: false,
         sweep: None,
         quick_seeds: None,
+        compute_target: Default::default(),
     }
 }
 

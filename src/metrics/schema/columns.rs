@@ -113,8 +113,31 @@ pub static STEPS: FrameSchema = FrameSchema {
              (token, layer) (null without a MoE teacher)",
         )
         .unread(),
+        ROUTER_DISAGREE.unread(),
+        ROUTER_BF16_TIE.unread(),
+        ROUTER_BF16_TIE_FLIP.unread(),
     ],
 };
+
+/// The router check's columns (`rl.router_check`, once a step on the rollout engine): in the
+/// steps frame pooled over the MoE layers (counts summed), in the layers frame per layer on
+/// minibatch 0's rows (null on the others).
+const ROUTER_DISAGREE: Col = f(
+    "router_disagree_frac",
+    "share of the rollout engine's expert choices (valid token × slot) that an f64 router with the \
+     policy's fp32 weights, on the engine's own router inputs, does not make: the engine router's \
+     precision error (null unless rl.router_check)",
+);
+const ROUTER_BF16_TIE: Col = f(
+    "router_bf16_tie_frac",
+    "share of valid tokens whose f64 k-th and (k+1)-th router scores are within one bf16 spacing \
+     of each other (null unless rl.router_check)",
+);
+const ROUTER_BF16_TIE_FLIP: Col = f(
+    "router_bf16_tie_flip_frac",
+    "share of those near-tie tokens whose engine expert set differs from the f64 router's \
+     (null unless rl.router_check, or without a near-tie)",
+);
 
 /// The drift columns the updates and layers frames share.
 const DRIFT_EXPERT_FRAC: Col = f(
@@ -310,6 +333,9 @@ pub static LAYERS: FrameSchema = FrameSchema {
             "experts with less than 1% of the uniform load",
         )
         .unread(),
+        ROUTER_DISAGREE.unread(),
+        ROUTER_BF16_TIE.unread(),
+        ROUTER_BF16_TIE_FLIP.unread(),
     ],
 };
 

@@ -30,6 +30,8 @@ pub struct RegimeData<'a> {
     pub claims: &'a [Claim],
     /// The spec names a control regime for this one (a drift regime of a paired design).
     pub has_control: bool,
+    /// Claim (j)'s target (the spec's `compute_target`).
+    pub compute_target: crate::experiment::ComputeTarget,
 }
 
 /// Per seed, the mean over the regime's distinct arms of a per-cell value.

@@ -13,6 +13,7 @@ mod mismatch;
 mod objectives;
 mod opd;
 mod organic;
+mod precision;
 mod ratios;
 mod replay;
 mod scale;
@@ -49,6 +50,7 @@ pub fn def(c: Claim) -> ClaimDef {
         Claim::ScaleDrift => scale::SCALE,
         Claim::Opd => opd::OPD,
         Claim::Organic => organic::ORGANIC,
+        Claim::RouterPrecision => precision::PRECISION,
     }
 }
 
@@ -76,6 +78,7 @@ pub fn declare(regs: &[Regime]) -> Result<Vec<Endpoint>> {
             mismatch: r.mismatch,
             claims: &r.claims,
             has_control: r.control.is_some(),
+            compute_target: r.compute_target,
         })?);
     }
     let declared = regs.first().map_or(&[][..], |r| r.claims.as_slice());

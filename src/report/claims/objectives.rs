@@ -116,27 +116,37 @@ pub(super) fn gvpo_line(md: &mut String, r: &Regime) -> Result<()> {
 /// ln(response tokens GSPO trained until its reward EMA reached 90% of R2's gain / the
 /// tokens R2 needed); a seed where GSPO never got there is right-censored: its whole compute
 /// is a lower bound, and the tests treat it so ([`Endpoint::test`]). GRPO without replay the
-/// same way, described.
+/// same way, described. The target is the spec's `compute_target` (R2's best EMA by default;
+/// `final_reward`: its mean over the last tenth, with the best-EMA form of GSPO's described).
 pub(super) fn compute(r: &RegimeData, out: &mut Vec<Endpoint>) -> Result<()> {
-    use crate::report::compute::{curves, log_ratios};
+    use crate::report::compute::{ComputeTarget, curves, log_ratios};
     let Some(r2) = r.arms.grpo(RoutingMode::R2) else {
         return Ok(());
     };
     let Ok(c) = curves(&r.frames.steps) else {
         return Ok(());
     };
-    let arms = [
-        (r.arms.gspo(), Claimed::Less),
-        (r.arms.grpo(RoutingMode::Native), Claimed::Describe),
+    let kind = r.compute_target;
+    let mut arms = vec![
+        (r.arms.gspo(), Claimed::Less, kind),
+        (r.arms.grpo(RoutingMode::Native), Claimed::Describe, kind),
     ];
-    for (a, claimed) in arms {
+    if kind == ComputeTarget::FinalReward {
+        // The exploratory runs' target (R2's best EMA), described beside the declared one.
+        arms.push((r.arms.gspo(), Claimed::Describe, ComputeTarget::Best));
+    }
+    for (a, claimed, kind) in arms {
         let Some(a) = a else { continue };
-        let (v, censored) = log_ratios(&c, &a.name, &r2.name);
+        let (v, censored) = log_ratios(&c, &a.name, &r2.name, kind);
+        let gain = match kind {
+            ComputeTarget::Best => "reward gain",
+            ComputeTarget::FinalReward => "final-reward gain (its last tenth)",
+        };
         let mut e = Endpoint::new(
             Claim::ComputeToReach,
             r.name,
             format!(
-                "response tokens to reach 90% of {}'s reward gain, ln({} / {})",
+                "response tokens to reach 90% of {}'s {gain}, ln({} / {})",
                 name(r2),
                 name(a),
                 name(r2)

@@ -28,7 +28,7 @@ pub(super) const ORGANIC: ClaimDef = ClaimDef {
 };
 
 /// Per seed, `(fix_d − grpo_d) − (fix_c − grpo_c)` on `metric`, over the seeds all four hold.
-fn interaction(
+pub(super) fn interaction(
     fix_d: &ArmSummary,
     grpo_d: &ArmSummary,
     fix_c: &ArmSummary,

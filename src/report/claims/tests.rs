@@ -69,6 +69,7 @@ fn the_beyond_two_share_is_compared_by_difference_and_seeds_with_any() {
         mismatch: true,
         claims: &[Claim::ExtremeShare],
         has_control: false,
+        compute_target: Default::default(),
     };
     let mut out = Vec::new();
     extreme(&r, &mut out).unwrap();
@@ -119,6 +120,7 @@ fn identical_arms_are_out_of_holms_family() {
         mismatch: false,
         claims: &[Claim::Replay],
         has_control: false,
+        compute_target: Default::default(),
     };
     let g = &arms.arms[0].0;
     let r3 = &arms.arms[1].0;
@@ -151,6 +153,7 @@ fn identical_arms_are_out_of_holms_family() {
         mismatch: true,
         claims: &[Claim::ExtremeShare],
         has_control: false,
+        compute_target: Default::default(),
     };
     let eps = declare(&r).unwrap();
     let r3_vs_native: Vec<_> = eps.iter().filter(|e| e.what.contains("grpo_r3")).collect();
@@ -175,6 +178,7 @@ fn the_leaderboard_compares_every_moe_fix_with_grpo_where_a_control_exists() {
         mismatch: false,
         claims: &[Claim::FixLeaderboard],
         has_control: true,
+        compute_target: Default::default(),
     };
     let eps = declare(&r).unwrap();
     let primary: Vec<_> = eps.iter().filter(|e| e.primary).collect();
@@ -243,6 +247,7 @@ fn opd_declares_gvpd_against_pg_opd_drift_against_grpo_and_r3_under_a_mismatch()
         mismatch: false,
         claims: &[Claim::Opd],
         has_control: false,
+        compute_target: Default::default(),
     };
     let eps = declare(&r).unwrap();
     let primary: Vec<_> = eps.iter().filter(|e| e.primary).collect();
