@@ -68,6 +68,9 @@ claims! {
     /// (r) router precision in the rollout engine: a bf16 router against an fp32 one in the
     /// same bf16 engine (route mismatch, mismatch KL, final accuracy), and R3's interaction.
     RouterPrecision = 'r',
+    /// (s) drift per update against width alone (a width sweep with one cold-start lr): the
+    /// exponent with and without the widest point, and its extrapolation (described).
+    WidthDrift = 's',
 }
 
 /// The claims a spec that names none tests: (a)–(f), the flagship's family.

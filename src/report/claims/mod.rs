@@ -19,6 +19,7 @@ mod replay;
 mod scale;
 #[cfg(test)]
 mod tests;
+mod width;
 
 pub use claim_def::{ClaimDef, Scope};
 pub use compare::RegimeData;
@@ -51,6 +52,7 @@ pub fn def(c: Claim) -> ClaimDef {
         Claim::Opd => opd::OPD,
         Claim::Organic => organic::ORGANIC,
         Claim::RouterPrecision => precision::PRECISION,
+        Claim::WidthDrift => width::WIDTH,
     }
 }
 

@@ -12,7 +12,7 @@ use crate::report::paired::Scale;
 use crate::report::regime::Regime;
 use crate::report::regime::scale_points as points;
 use crate::report::scale::{
-    FACTORS, Factors, From, P, PAPER, fits, holdout_error, tokens_from_routers,
+    FACTORS, Factors, From, P, PAPER, Points, fits, holdout_error, tokens_from_routers,
 };
 use anyhow::Result;
 use std::collections::BTreeMap;
@@ -63,6 +63,31 @@ fn describe(what: String) -> Endpoint {
     )
 }
 
+/// A described per-seed prediction on the log scale (ln of the value against 1 per seed), so
+/// its interval is geometric and never below 0.
+fn describe_log(what: String, v: &BTreeMap<i64, f64>) -> Endpoint {
+    Endpoint::new(
+        Claim::ScaleDrift,
+        "all",
+        what,
+        Scale::LogRatio,
+        Claimed::Describe,
+    )
+    .maps(&v.keys().map(|s| (*s, 1.0)).collect(), v)
+}
+
+/// The fitting configurations without those at the widest d_model (the held-out ones kept):
+/// how much the width exponent hangs on its last point.
+fn without_widest(p: &Points) -> (f64, Points) {
+    let widest = (p.iter().filter(|x| !x.2))
+        .map(|x| x.1.d_model)
+        .fold(f64::NAN, f64::max);
+    let kept = (p.iter().filter(|x| x.2 || x.1.d_model != widest))
+        .cloned()
+        .collect();
+    (widest, kept)
+}
+
 /// The configuration the gap is measured from: the first fitting regime (the spec's centre).
 fn centre(regs: &[Regime]) -> Option<Factors> {
     regs.iter().find(|r| !r.holdout).and_then(|r| r.factors)
@@ -89,6 +114,19 @@ fn scale(regs: &[Regime]) -> Vec<Endpoint> {
         for (i, name) in FACTORS.iter().enumerate() {
             out.push(describe(format!("{what}: exponent on {name}")).one(&per(&|b| b[i + 1])));
         }
+        if *col == "drift_expert_frac" {
+            let (widest, kept) = without_widest(&p);
+            let refit = fits(&kept);
+            if !refit.is_empty() {
+                let b: BTreeMap<i64, f64> = refit.iter().map(|(s, b)| (*s, b[2])).collect();
+                out.push(
+                    describe(format!(
+                        "{what}: exponent on d_model, fitted without the widest configuration (d_model {widest})"
+                    ))
+                    .one(&b),
+                );
+            }
+        }
         let err = holdout_error(&p, &fit);
         if !err.is_empty() {
             out.push(
@@ -98,21 +136,21 @@ fn scale(regs: &[Regime]) -> Vec<Endpoint> {
                 .one(&err),
             );
         }
-        let mut e = describe(format!(
-            "{what}: predicted at the paper's model ({})",
-            PAPER.describe()
-        ))
-        .one(&per(&|b| PAPER.predict(b)));
+        let mut e = describe_log(
+            format!(
+                "{what}: predicted at the paper's model ({}), ln",
+                PAPER.describe()
+            ),
+            &per(&|b| PAPER.predict(b)),
+        );
         if let Some((v, src)) = paper {
-            e = e.reference(*v, src);
+            e = e.reference(v.ln(), src);
         }
         out.push(e);
-        out.push(
-            describe(format!(
-                "{what}: predicted at the paper's model with lr 1e-4"
-            ))
-            .one(&per(&|b| at_lr4.predict(b))),
-        );
+        out.push(describe_log(
+            format!("{what}: predicted at the paper's model with lr 1e-4, ln"),
+            &per(&|b| at_lr4.predict(b)),
+        ));
         if *col == "drift_router_frac" {
             routers_at_paper = per(&|b| PAPER.predict(b));
         }
