@@ -209,6 +209,23 @@ fn on_signals(stop: Arc<AtomicBool>) {
 
 /// `driftlab experiment`: run every cell, then the report; Ctrl-C stops after the current step.
 pub fn run(device: Device, device_name: String, jobs: usize, a: &ExperimentArgs) -> Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    on_signals(stop.clone());
+    let progress = crate::util::progress::Progress::auto();
+    run_with_stop(device, device_name, jobs, a, stop, progress).map(|_| ())
+}
+
+/// [`run`] with the caller's stop flag and progress: the CLI sets the flag from Ctrl-C, the
+/// Python binding from `KeyboardInterrupt`. Returns the output folder; a stopped run is an
+/// error naming it, after every finished cell is written.
+pub fn run_with_stop(
+    device: Device,
+    device_name: String,
+    jobs: usize,
+    a: &ExperimentArgs,
+    stop: Arc<AtomicBool>,
+    progress: crate::util::progress::Progress,
+) -> Result<PathBuf> {
     let spec = spec(a)?;
     let root = a.out_root(&spec.name);
     let out = a.shard.map_or(root.clone(), |s| s.dir(&root));
@@ -230,15 +247,13 @@ pub fn run(device: Device, device_name: String, jobs: usize, a: &ExperimentArgs)
     if !a.resume && !a.force {
         refuse_other_run(&out, &spec, &device_name)?;
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    on_signals(stop.clone());
     let opts = RunOptions {
         jobs,
         out: out.clone(),
         device,
         device_name,
         cache_dir: a.cache_dir.clone(),
-        progress: crate::util::progress::Progress::auto(),
+        progress,
         shard: a.shard,
         resume: a.resume,
         stop: stop.clone(),
@@ -275,5 +290,5 @@ pub fn run(device: Device, device_name: String, jobs: usize, a: &ExperimentArgs)
             out.display()
         );
     }
-    Ok(())
+    Ok(out)
 }
