@@ -7,6 +7,7 @@ use crate::report::endpoints::{Claimed, Endpoint};
 use crate::report::paired::Scale;
 use crate::report::regime::Regime;
 use crate::report::roles::{collapses, n};
+use crate::report::summary::ArmSummary;
 use anyhow::Result;
 use std::fmt::Write as _;
 
@@ -50,6 +51,17 @@ pub(super) fn control(regs: &[Regime]) -> Vec<Endpoint> {
         }
     }
     out
+}
+
+/// Every regime that names a `control`, with that control regime and the GRPO arm without
+/// replay of each (regimes where either lacks one are left out).
+pub(super) fn with_grpo_controls(
+    regs: &[Regime],
+) -> impl Iterator<Item = (&Regime, &Regime, &ArmSummary, &ArmSummary)> {
+    with_controls(regs).filter_map(|(r, c)| {
+        let g = r.arms.grpo(crate::rl::RoutingMode::Native)?;
+        Some((r, c, g, c.arms.grpo(crate::rl::RoutingMode::Native)?))
+    })
 }
 
 /// Every regime that names a `control`, with that control regime.

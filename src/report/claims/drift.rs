@@ -176,14 +176,16 @@ pub(super) fn depth(regs: &[Regime]) -> Vec<Endpoint> {
     out
 }
 
+/// Each arm's drift per update in `r` (mean ± CI over its cells), for the sweeps' lines.
+pub(super) fn arm_drifts(r: &Regime) -> Vec<String> {
+    (r.arms.arms.iter())
+        .map(|(a, _)| format!("{} {}", n(a), ci(a.m("drift_expert_frac"))))
+        .collect()
+}
+
 /// (k): the per-regime drift the fit runs over.
 pub(super) fn depth_line(md: &mut String, r: &Regime) -> Result<()> {
-    let parts: Vec<String> = r
-        .arms
-        .arms
-        .iter()
-        .map(|(a, _)| format!("{} {}", n(a), ci(a.m("drift_expert_frac"))))
-        .collect();
+    let parts = arm_drifts(r);
     writeln!(
         md,
         "- `{}` (x = {}): drift per update {}.",

@@ -45,13 +45,7 @@ pub(super) fn interaction(
 /// (q) per regime with a control; the module docs say what each endpoint compares.
 pub(super) fn organic(regs: &[Regime]) -> Vec<Endpoint> {
     let mut out = Vec::new();
-    for (r, c) in super::control::with_controls(regs) {
-        let (Some(g), Some(gc)) = (
-            r.arms.grpo(RoutingMode::Native),
-            c.arms.grpo(RoutingMode::Native),
-        ) else {
-            continue;
-        };
+    for (r, c, g, gc) in super::control::with_grpo_controls(regs) {
         let fixes = r
             .arms
             .arms

@@ -54,13 +54,7 @@ const GRPO_ENDPOINTS: [(&str, &str, Scale, Claimed); 3] = [
 /// (r) per regime with a control; the module docs say what each endpoint compares.
 pub(super) fn precision(regs: &[Regime]) -> Vec<Endpoint> {
     let mut out = Vec::new();
-    for (r, c) in super::control::with_controls(regs) {
-        let (Some(g), Some(gc)) = (
-            r.arms.grpo(RoutingMode::Native),
-            c.arms.grpo(RoutingMode::Native),
-        ) else {
-            continue;
-        };
+    for (r, c, g, gc) in super::control::with_grpo_controls(regs) {
         for (what, metric, scale, claimed) in GRPO_ENDPOINTS {
             out.push(
                 Endpoint::new(

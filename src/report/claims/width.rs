@@ -7,13 +7,11 @@
 //! exponent from one factor's sweep is a sensitivity check of (o)'s fit, not the paper's claim.
 
 use super::claim_def::{ClaimDef, Scope};
-use super::compare::ci;
 use crate::experiment::Claim;
 use crate::report::depth::{PowerLaw, drift_fits, fit};
 use crate::report::endpoints::{Claimed, Endpoint};
 use crate::report::paired::Scale;
 use crate::report::regime::Regime;
-use crate::report::roles::n;
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -107,12 +105,7 @@ fn drift_points(regs: &[&Regime], arm: &str) -> BTreeMap<i64, Vec<(f64, f64)>> {
 pub(super) fn width_line(md: &mut String, r: &Regime) -> Result<()> {
     let (first, last) = first_last_step_drift(r);
     let pct = |x: Option<f64>| x.map_or("n/a".into(), |v| format!("{:.3}%", 100.0 * v));
-    let parts: Vec<String> = r
-        .arms
-        .arms
-        .iter()
-        .map(|(a, _)| format!("{} {}", n(a), ci(a.m("drift_expert_frac"))))
-        .collect();
+    let parts = super::drift::arm_drifts(r);
     writeln!(
         md,
         "- `{}` (d_model {}): drift per update {}; first step's updates {}, last step's {}.",
