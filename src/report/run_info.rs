@@ -43,6 +43,10 @@ pub struct RunInfo {
     pub compute_target: crate::experiment::ComputeTarget,
     /// Per frame, the columns `driftlab slim` dropped from this folder (config.json's `slim`).
     pub slimmed: std::collections::BTreeMap<String, Vec<String>>,
+    /// Per frame, the arms whose rows the committed form keeps (config.json's `rows_kept`,
+    /// written where a folder's frame keeps only some arms' rows to fit the repository; the
+    /// other arms' cells are then absent from that frame by design, not by a failed write).
+    pub rows_kept: std::collections::BTreeMap<String, Vec<String>>,
     /// The canonical indices in `cells` of the cells this folder ran (config.json's `ran`: a
     /// shard's own; every cell in a whole or merged run); `None` when not recorded.
     pub ran: Option<Vec<usize>>,
@@ -64,6 +68,7 @@ impl Default for RunInfo {
             sweep: None,
             compute_target: Default::default(),
             slimmed: Default::default(),
+            rows_kept: Default::default(),
             ran: None,
             git_commit: None,
             found: false,
@@ -118,6 +123,15 @@ impl RunInfo {
             })?,
             None => Default::default(),
         };
+        let rows_kept = match v.get("rows_kept") {
+            Some(s) => serde_json::from_value(s.clone()).with_context(|| {
+                format!(
+                    "the 'rows_kept' record of {} does not parse",
+                    path.display()
+                )
+            })?,
+            None => Default::default(),
+        };
         let ran = match v.get("ran") {
             Some(r) if !r.is_null() => {
                 Some(serde_json::from_value(r.clone()).with_context(|| {
@@ -134,6 +148,7 @@ impl RunInfo {
             return Ok(RunInfo {
                 cells,
                 slimmed,
+                rows_kept,
                 ran,
                 git_commit,
                 found: true,
@@ -154,6 +169,7 @@ impl RunInfo {
             regimes: spec.regimes,
             arms: spec.arms,
             slimmed,
+            rows_kept,
             ran,
             git_commit,
             found: true,
