@@ -364,3 +364,26 @@ fn a_flex_run_records_no_adapter() {
     assert!(cfg.get("adapter").is_none());
     assert_eq!(cfg["device"], "flex");
 }
+
+/// A committed form that keeps only some arms' update rows says so in config.json's
+/// `rows_kept`: the report then accepts the other arms' cells missing from that frame, and
+/// still refuses a kept arm's cell that is missing.
+#[test]
+fn rows_kept_lets_a_frame_leave_out_the_arms_it_names_not_kept() {
+    let dir = copy_of("rows_kept");
+    edit_frame(&dir, "updates", |f| f.filter(col("arm").eq(lit("a_grpo"))));
+    assert!(report_error(&dir).contains("holds no rows of cell default/a_gspo"));
+    let path = dir.join("config.json");
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    cfg["rows_kept"] = serde_json::json!({ "updates": ["a_grpo"] });
+    std::fs::write(&path, serde_json::to_string(&cfg).unwrap()).unwrap();
+    write_report(&dir).expect("the left-out arm is declared");
+    // A kept arm's cell missing is still a failed write.
+    edit_frame(&dir, "updates", |f| f.filter(col("seed").neq(lit(1i64))));
+    let e = report_error(&dir);
+    assert!(
+        e.contains("holds no rows of cell default/a_grpo seed 1"),
+        "{e}"
+    );
+}
