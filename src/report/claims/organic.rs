@@ -42,6 +42,35 @@ pub(super) fn interaction(
         .collect()
 }
 
+/// The endpoint of `fix`'s arm × `what` interaction against GRPO `g` (regime `r`, its control
+/// `c`; claimed > 0): per seed `(fix_d − g_d) − (fix_c − g_c)` on the final greedy eval
+/// accuracy, `fc` and `gc` the arms in the control.
+pub(super) fn interaction_endpoint(
+    claim: Claim,
+    what: &str,
+    (r, c): (&Regime, &Regime),
+    (fix, g): (&ArmSummary, &ArmSummary),
+    (fc, gc): (&ArmSummary, &ArmSummary),
+) -> Endpoint {
+    let v = interaction(fix, g, fc, gc, "final_eval");
+    let mut e = Endpoint::new(
+        claim,
+        &r.name,
+        format!(
+            "arm × {what} interaction, ({} − {}) in `{}` − in `{}`",
+            name(fix),
+            name(g),
+            r.name,
+            c.name
+        ),
+        Scale::Difference,
+        Claimed::Greater,
+    )
+    .one(&v);
+    e.arms = Some((g.name.clone(), fix.name.clone()));
+    e
+}
+
 /// (q) per regime with a control; the module docs say what each endpoint compares.
 pub(super) fn organic(regs: &[Regime]) -> Vec<Endpoint> {
     let mut out = Vec::new();
@@ -72,22 +101,7 @@ pub(super) fn organic(regs: &[Regime]) -> Vec<Endpoint> {
             let Some((fc, _)) = c.arms.arms.iter().find(|(b, _)| b.name == fix.name) else {
                 continue;
             };
-            let v = interaction(fix, g, fc, gc, "final_eval");
-            let mut e = Endpoint::new(
-                Claim::Organic,
-                &r.name,
-                format!(
-                    "arm × drift interaction, ({} − {}) in `{}` − in `{}`",
-                    name(fix),
-                    name(g),
-                    r.name,
-                    c.name
-                ),
-                Scale::Difference,
-                Claimed::Greater,
-            )
-            .one(&v);
-            e.arms = Some((g.name.clone(), fix.name.clone()));
+            let mut e = interaction_endpoint(Claim::Organic, "drift", (r, c), (fix, g), (fc, gc));
             // A fix that ran GRPO's trajectory bit for bit in both regimes (on-policy, a
             // correction against an engine that is the policy) has an interaction of 0 by
             // construction: no evidence, outside Holm's family.

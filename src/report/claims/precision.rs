@@ -71,23 +71,13 @@ pub(super) fn precision(regs: &[Regime]) -> Vec<Endpoint> {
         else {
             continue;
         };
-        let v = super::organic::interaction(r3, g, r3c, gc, "final_eval");
-        let mut e = Endpoint::new(
+        out.push(super::organic::interaction_endpoint(
             Claim::RouterPrecision,
-            &r.name,
-            format!(
-                "arm × precision interaction, ({} − {}) in `{}` − in `{}`",
-                name(r3),
-                name(g),
-                r.name,
-                c.name
-            ),
-            Scale::Difference,
-            Claimed::Greater,
-        )
-        .one(&v);
-        e.arms = Some((g.name.clone(), r3.name.clone()));
-        out.push(e);
+            "precision",
+            (r, c),
+            (r3, g),
+            (r3c, gc),
+        ));
     }
     out
 }
