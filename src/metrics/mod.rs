@@ -3,8 +3,10 @@
 pub mod collapse;
 pub mod drift;
 pub mod frames;
+pub mod mismatch;
 pub mod ratio;
 pub mod responses;
+pub mod router_check;
 pub mod rows;
 pub mod schema;
 pub mod teacher;

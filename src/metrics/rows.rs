@@ -5,6 +5,7 @@ use super::drift::{
     DEAD_EXPERT_LOAD, dead_experts, expert_load, load_max_violation, mean_entropy, mean_js,
     model_drift, router_confidence,
 };
+pub use super::mismatch::{mismatch_stats, mismatch_suite};
 use super::ratio::{ess, k3, mean_var, within_seq_var};
 pub use super::teacher::{teacher_kl, teacher_routing};
 use crate::model::{FfnKind, NO_ROUTE, RouterKind};
@@ -329,7 +330,11 @@ pub fn layer_rows(
                     Val::I(dead_experts(&load, DEAD_EXPERT_LOAD) as i64),
                 ),
             ]);
-            row.extend(router_check_cols(check.get(l).filter(|_| u.minibatch == 0)));
+            row.extend(check_cols(super::router_check::layer_shares(
+                check,
+                l,
+                u.minibatch,
+            )));
             row
         })
         .collect()
@@ -341,38 +346,6 @@ pub fn step_loads(out: &StepOutput, shape: Shape) -> Vec<Vec<f64>> {
         .iter()
         .map(|r| expert_load(r, &out.valid, shape.n_experts, shape.k))
         .collect()
-}
-
-/// Per token of a step, `ln ρ = logp_old − logp_mu` (trainer against rollout engine).
-fn log_ratios(out: &StepOutput) -> Vec<f64> {
-    out.logp_old
-        .iter()
-        .zip(&out.logp_mu)
-        .map(|(o, m)| f64::from(o - m))
-        .collect()
-}
-
-/// Train–inference mismatch of a step: `(mismatch_kl_k3, mismatch_extreme_frac)`, with
-/// `ρ = exp(logp_old − logp_mu)`: mean of `ρ − 1 − ln ρ`, and the share of tokens with
-/// `max(ρ, 1/ρ) > 2`.
-pub fn mismatch_stats(out: &StepOutput) -> (f64, f64) {
-    let rho: Vec<f64> = log_ratios(out).into_iter().map(f64::exp).collect();
-    let n = rho.len().max(1) as f64;
-    let kl = rho.iter().map(|p| p - 1.0 - p.ln()).sum::<f64>() / n;
-    let extreme = rho.iter().filter(|&&p| p.max(1.0 / p) > 2.0).count() as f64 / n;
-    (kl, extreme)
-}
-
-/// The rest of a step's mismatch suite, with `ln ρ = logp_old − logp_mu`: mean |ln ρ|, mean
-/// (ln ρ)², and the share of tokens with max(ρ, 1/ρ) > 5.
-pub fn mismatch_suite(out: &StepOutput) -> [f64; 3] {
-    let d = log_ratios(out);
-    let n = d.len().max(1) as f64;
-    [
-        d.iter().map(|x| x.abs()).sum::<f64>() / n,
-        d.iter().map(|x| x * x).sum::<f64>() / n,
-        d.iter().filter(|x| x.abs() > 5f64.ln()).count() as f64 / n,
-    ]
 }
 
 /// What a step's row shares with the collapse detector, computed once per step.
@@ -488,23 +461,18 @@ pub fn step_row(
         ("teacher_route_topk", Val::F(topk)),
         ("teacher_router_mass", Val::F(mass)),
     ]);
-    let mut pooled = crate::rl::engine_router::RouterCheck::default();
-    out.router_check.iter().for_each(|c| pooled.add(c));
-    row.extend(router_check_cols(
-        (!out.router_check.is_empty()).then_some(&pooled),
-    ));
+    row.extend(check_cols(super::router_check::pooled_shares(
+        &out.router_check,
+    )));
     row
 }
 
-/// The router check's three columns ([`crate::rl::engine_router::RouterCheck::shares`]), null
-/// without a check.
-pub fn router_check_cols(
-    c: Option<&crate::rl::engine_router::RouterCheck>,
-) -> [(&'static str, Val); 3] {
-    let [d, t, fl] = c.map_or([None; 3], |c| c.shares());
+/// The router check's columns ([`super::router_check::COLUMNS`]) holding `shares`.
+fn check_cols(shares: [Option<f64>; 3]) -> [(&'static str, Val); 3] {
+    let c = super::router_check::COLUMNS;
     [
-        ("router_disagree_frac", Val::F(d)),
-        ("router_bf16_tie_frac", Val::F(t)),
-        ("router_bf16_tie_flip_frac", Val::F(fl)),
+        (c[0], Val::F(shares[0])),
+        (c[1], Val::F(shares[1])),
+        (c[2], Val::F(shares[2])),
     ]
 }

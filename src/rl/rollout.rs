@@ -57,6 +57,19 @@ pub fn rollout(
     sample_rng: &mut Xoshiro256PlusPlus,
     noise_rng: &mut Xoshiro256PlusPlus,
 ) -> Rollout {
+    let engine = engine_model(policy, cfg.mismatch, cfg.router_precision);
+    rollout_on(&engine, task, cfg, sample_rng, noise_rng)
+}
+
+/// [`rollout`] on an engine model already made by [`engine_model`] (a step that also checks
+/// the engine's router makes it once).
+pub fn rollout_on(
+    model: &Model,
+    task: &Task,
+    cfg: &RlConfig,
+    sample_rng: &mut Xoshiro256PlusPlus,
+    noise_rng: &mut Xoshiro256PlusPlus,
+) -> Rollout {
     let problems: Vec<Problem> = (0..cfg.batch_prompts)
         .map(|_| task.sample(sample_rng))
         .collect();
@@ -64,7 +77,6 @@ pub fn rollout(
         .iter()
         .flat_map(|p| std::iter::repeat_n(p.prompt.clone(), cfg.group_size))
         .collect();
-    let model = engine_model(policy, cfg.mismatch, cfg.router_precision);
     let logit_noise = match cfg.mismatch {
         Mismatch::LogitNoise { sigma } => sigma as f32,
         _ => 0.0,

@@ -15,7 +15,7 @@ use super::old::{OldPolicy, native_and_probs, old_policy, routing};
 use super::predictor::Predictor;
 use super::predictor_step::train_predictor;
 pub use super::record::{StepOutput, UpdateRecord};
-use super::rollout::rollout;
+use super::rollout::{engine_model, rollout_on};
 use super::router_shift::{router_shift, shifted_old_logp};
 use crate::model::{Model, token_logp};
 use crate::optim::AdamW;
@@ -149,8 +149,9 @@ impl Trainer {
             }
         }
         let behaviour = self.snapshots.front().unwrap_or(&self.model);
-        let ro = rollout(
-            behaviour,
+        let engine = engine_model(behaviour, cfg.mismatch, cfg.router_precision);
+        let ro = rollout_on(
+            &engine,
             &self.task,
             &cfg,
             &mut self.sample_rng,
@@ -163,7 +164,7 @@ impl Trainer {
         let t_check = Instant::now();
         let router_check = match cfg.router_check {
             true => super::engine_router::check(
-                &super::rollout::engine_model(behaviour, cfg.mismatch, cfg.router_precision),
+                &engine,
                 behaviour,
                 &ro.generation.batch,
                 cfg.router_precision,
