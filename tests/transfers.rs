@@ -27,42 +27,64 @@ fn a_tiny_rl_step_stays_under_its_transfer_bounds() {
         let mut t = Trainer::new(cfg, model, short_sort(), 0).unwrap();
         t.step();
         let o = t.step();
-        let [ro, up] = o.transfers;
+        let x = o.transfers;
         let generated = o.resp_lens.iter().copied().max().unwrap_or(0) as u64;
-        eprintln!(
-            "{choice}: rollout {} reads + {} uploads (longest response {generated} tokens); update {} reads + {} uploads ({} minibatches)",
-            ro.reads,
-            ro.uploads,
-            up.reads,
-            up.uploads,
-            o.updates.len()
-        );
-        assert!(ro.reads > 0 && up.reads > 0, "the counters count");
-        // Measured on 2026-12-05 (tiny model, 4 prompts × 4 responses, 2 minibatches, longest
-        // response 5 tokens): flex rollout 30 reads + 110 uploads, update 214 reads + 278
-        // uploads; wgpu-cpu rollout 30 + 130 (230 before the MoE dispatch uploaded one token
-        // permutation per layer instead of two index lists per expert), update 66 + 252 (476).
-        // Flex reads more in the update: its host kernels (exp, softmax pieces) are host passes.
-        let steps = generated + 1;
         let mbs = o.updates.len() as u64;
+        eprintln!(
+            "{choice}: longest response {generated} tokens, {mbs} minibatches\n  rollout {}\n  pi_old {}\n  train {}\n  optimizer {}\n  probe {}",
+            x.rollout, x.pi_old, x.train, x.optimizer, x.probe
+        );
+        assert!(x.rollout.reads > 0 && x.train.reads > 0, "the counters count");
+        assert_eq!(
+            x.total().reads,
+            [x.rollout, x.pi_old, x.train, x.optimizer, x.probe]
+                .iter()
+                .map(|p| p.reads)
+                .sum::<u64>(),
+            "the phases add up"
+        );
+        // Measured on 2026-12-07 (tiny model, 4 prompts × 4 responses, 2 minibatches, longest
+        // response 5 tokens), reads + uploads:
+        //   flex:     rollout 30 + 110, pi_old 28 + 104, train 28 + 56, optimizer 148 + 74
+        //             (its fused host pass), probe 8 + 28
+        //   wgpu-cpu: rollout 30 + 130, pi_old 28 + 120, train 28 + 80, optimizer 2 + 0 (the
+        //             global norm, once per optimizer step: the update stays on the device),
+        //             probe 8 + 32.
+        // The bounds are those with a little room, per unit of work.
+        let steps = generated + 1;
         let host = choice == DeviceChoice::Flex;
+        // On flex the fused host pass reads each parameter and its gradient and writes the
+        // parameter back (37 tensors).
+        let params = warm.weights.tensors().len() as u64;
         for (what, got, per, unit, n) in [
-            ("rollout reads", ro.reads, 6, "generation steps", steps),
+            ("rollout reads", x.rollout.reads, 6, "generation steps", steps),
             (
                 "rollout uploads",
-                ro.uploads,
+                x.rollout.uploads,
                 if host { 20 } else { 24 },
                 "generation steps",
                 steps,
             ),
+            ("pi_old reads", x.pi_old.reads, 16, "minibatches", mbs),
+            ("pi_old uploads", x.pi_old.uploads, 64, "minibatches", mbs),
+            ("train reads", x.train.reads, 16, "minibatches", mbs),
+            ("train uploads", x.train.uploads, 44, "minibatches", mbs),
             (
-                "update reads",
-                up.reads,
-                if host { 120 } else { 40 },
-                "minibatches",
+                "optimizer reads",
+                x.optimizer.reads,
+                if host { 2 * params } else { 1 },
+                "optimizer steps",
                 mbs,
             ),
-            ("update uploads", up.uploads, 150, "minibatches", mbs),
+            (
+                "optimizer uploads",
+                x.optimizer.uploads,
+                if host { params } else { 0 },
+                "optimizer steps",
+                mbs,
+            ),
+            ("probe reads", x.probe.reads, 6, "minibatches", mbs),
+            ("probe uploads", x.probe.uploads, 18, "minibatches", mbs),
         ] {
             assert!(
                 got <= per * n,

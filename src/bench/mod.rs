@@ -248,7 +248,11 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
                     o.t_update,
                     o.t_probe,
                     gen_tokens,
-                    o.transfers,
+                    (
+                        o.transfers,
+                        o.resp_lens.iter().copied().max().unwrap_or(0),
+                        o.updates.len(),
+                    ),
                 ));
             }
         }
@@ -270,10 +274,7 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
             toks as f64 / ro,
             toks as f64 / up
         );
-        println!(
-            "  host-device transfers of that step: rollout {} reads + {} uploads; π_old, updates and probe {} reads + {} uploads",
-            moved[0].reads, moved[0].uploads, moved[1].reads, moved[1].uploads
-        );
+        preset::print_transfers(&moved.0, moved.1, moved.2);
     }
     Ok(())
 }

@@ -50,6 +50,9 @@ pub struct UpdateRecord {
     pub t_probe: f64,
     /// Of `t_update`, the seconds in AdamW (and the router-bias nudge).
     pub t_opt: f64,
+    /// Host↔device transfers of AdamW (and the nudge), and of this update's probes.
+    pub x_opt: crate::util::tensors::Transfers,
+    pub x_probe: crate::util::tensors::Transfers,
 }
 
 /// Everything one RL step produced.
@@ -89,9 +92,9 @@ pub struct StepOutput {
     /// π_old recompute, advantages and updates (the probe's time excluded).
     pub t_update: f64,
     pub t_probe: f64,
-    /// Host↔device transfers of the rollout, and of π_old with the updates and probes
-    /// (process-wide counters: exact only while this trainer runs alone, as in `bench --rl`).
-    pub transfers: [crate::util::tensors::Transfers; 2],
+    /// Host↔device transfers by phase (process-wide counters: exact only while this trainer
+    /// runs alone, as in `bench --rl`).
+    pub transfers: crate::util::tensors::StepTransfers,
     /// Of `t_update`, the seconds before the first update: π_old's recompute, the advantages
     /// and the drift calibration.
     pub t_old: f64,

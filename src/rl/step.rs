@@ -22,7 +22,7 @@ use crate::optim::AdamW;
 use crate::task::Task;
 use crate::util::hash::derive_seed;
 use crate::util::parallel::{par_map, serial_off_host};
-use crate::util::tensors::{Transfers, ints, scalar};
+use crate::util::tensors::{StepTransfers, Transfers, ints, scalar};
 use anyhow::{Result, bail};
 use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
@@ -173,6 +173,8 @@ impl Trainer {
             false => Vec::new(),
         };
         let t_check = t_check.elapsed().as_secs_f64();
+        let x_check = Transfers::since(moved);
+        let moved = Transfers::now();
         let b = Batch::new(ro, &cfg, self.model.cfg.top_k);
         assert!(
             cfg.teacher.is_none() || self.teacher.is_some(),
@@ -192,6 +194,8 @@ impl Trainer {
         self.calibrate_drift(&b, &old);
         let mut walk = self.drift_walk(&b);
         let t_old = started.elapsed().as_secs_f64();
+        let x_old = Transfers::since(moved);
+        let moved = Transfers::now();
         let lr = cfg.optimizer.lr * cfg.lr_schedule.factor(self.step, cfg.total_steps);
         let mut updates = Vec::with_capacity(b.mbs.len());
         for m in 0..b.mbs.len() {
@@ -201,12 +205,23 @@ impl Trainer {
                 w.advance();
             }
             rec.t_update = t_up.elapsed().as_secs_f64() - rec.t_probe;
+            let probed = Transfers::now();
             self.probe(&b, m, walk.as_ref(), &mut rec);
+            rec.x_probe = rec.x_probe + Transfers::since(probed);
             updates.push(rec);
         }
         let t_probe: f64 = updates.iter().map(|u| u.t_probe).sum::<f64>() + t_check;
         let t_update = started.elapsed().as_secs_f64() - t_probe;
-        let x_update = Transfers::since(moved);
+        let x_updates = Transfers::since(moved);
+        let x_opt: Transfers = updates.iter().map(|u| u.x_opt).sum();
+        let x_probe: Transfers = updates.iter().map(|u| u.x_probe).sum();
+        let transfers = StepTransfers {
+            rollout: x_rollout,
+            pi_old: x_old,
+            train: x_updates - x_opt - x_probe,
+            optimizer: x_opt,
+            probe: x_probe + x_check,
+        };
         let n_layers = self.model.cfg.n_layers;
         let out = StepOutput {
             step: self.step,
@@ -230,7 +245,7 @@ impl Trainer {
             t_update,
             t_probe,
             t_old,
-            transfers: [x_rollout, x_update],
+            transfers,
         };
         self.step += 1;
         out
@@ -404,6 +419,7 @@ impl Trainer {
         let before =
             (self.probes_now() && self.model.cfg.has_router_bias()).then(|| self.model.clone());
         let t_opt = Instant::now();
+        let moved = Transfers::now();
         let (grad_norm, applied, skip_reason) = match acc.grads {
             // No token carries weight: stepping on the auxiliary losses and AdamW's momentum
             // alone would move the policy with no policy gradient.
@@ -421,9 +437,12 @@ impl Trainer {
             None => (f32::NAN, false, Some("non-finite loss".to_string())),
         };
         let t_opt = t_opt.elapsed().as_secs_f64();
+        let x_opt = Transfers::since(moved);
         let t_bias = Instant::now();
+        let moved = Transfers::now();
         let routes_bias_only = self.bias_probe(b, m, walk, before.filter(|_| applied));
         let t_bias = t_bias.elapsed().as_secs_f64();
+        let x_bias = Transfers::since(moved);
         let mb = &b.mbs[m];
         let logp_ref = old.passes[m * n..(m + 1) * n]
             .iter()
@@ -458,6 +477,8 @@ impl Trainer {
             // The bias-only probe's time; the drift probe adds its own.
             t_probe: t_bias,
             t_opt,
+            x_opt,
+            x_probe: x_bias,
         }
     }
 }
