@@ -34,7 +34,10 @@ fn a_tiny_rl_step_stays_under_its_transfer_bounds() {
             "{choice}: longest response {generated} tokens, {mbs} minibatches\n  rollout {}\n  pi_old {}\n  train {}\n  optimizer {}\n  probe {}",
             x.rollout, x.pi_old, x.train, x.optimizer, x.probe
         );
-        assert!(x.rollout.reads > 0 && x.train.reads > 0, "the counters count");
+        assert!(
+            x.rollout.reads > 0 && x.train.reads > 0,
+            "the counters count"
+        );
         assert_eq!(
             x.total().reads,
             [x.rollout, x.pi_old, x.train, x.optimizer, x.probe]
@@ -57,7 +60,13 @@ fn a_tiny_rl_step_stays_under_its_transfer_bounds() {
         // parameter back (37 tensors).
         let params = warm.weights.tensors().len() as u64;
         for (what, got, per, unit, n) in [
-            ("rollout reads", x.rollout.reads, 6, "generation steps", steps),
+            (
+                "rollout reads",
+                x.rollout.reads,
+                6,
+                "generation steps",
+                steps,
+            ),
             (
                 "rollout uploads",
                 x.rollout.uploads,
