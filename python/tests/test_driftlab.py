@@ -126,3 +126,14 @@ def test_open_reads_a_committed_folder():
     assert run.frames["steps"].select(pl.len()).collect().item() > 0
     with pytest.raises(FileNotFoundError):
         driftlab.open("results/no_such_folder")
+
+
+def test_the_readme_example_runs_as_written(tmp_path, capsys):
+    """The README's Python block, executed as it stands (its output folder moved under tmp)."""
+    readme = (ROOT / "README.md").read_text()
+    after = readme.split("### From Python", 1)[1]
+    block = after.split("```python\n", 1)[1].split("```", 1)[0]
+    assert 'out="/tmp/quick"' in block, "the test moves the README's output folder"
+    exec(compile(block.replace('"/tmp/quick"', repr(str(tmp_path / "quick"))), "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert "reward_mean" in printed and "arm" in printed
