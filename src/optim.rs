@@ -237,6 +237,10 @@ impl AdamW {
         lr: f64,
     ) -> (Weights, StepReport) {
         assert_eq!(grads.len(), self.groups.len(), "one gradient per parameter");
+        // Off the CPU backend the parameters' updates are submitted from this thread only,
+        // whoever calls: on wgpu-cpu, updates submitted from the pool's threads at once gave
+        // wrong weights (a whole step of lr apart; tests/wgpu_parity.rs).
+        let _serial = crate::util::parallel::serial_off_host(&weights.embed.device());
         let grad_norm = Self::global_norm(&grads);
         if !grad_norm.is_finite() {
             return (

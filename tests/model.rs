@@ -593,22 +593,7 @@ fn the_fused_host_update_is_bitwise_the_tensor_update() {
     let mut clipped = Vec::new();
     for step in 0..4 {
         let size = [1.0, 1.0, 50.0, 1e-4][step];
-        let grads: Vec<Tensor<2>> = wf
-            .tensors()
-            .iter()
-            .map(|w| {
-                let dims = w.dims();
-                let vals: Vec<f32> = (0..dims[0] * dims[1])
-                    .map(|_| {
-                        seed = seed
-                            .wrapping_mul(6364136223846793005)
-                            .wrapping_add(1442695040888963407);
-                        ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * size
-                    })
-                    .collect();
-                floats(vals, dims, &flex())
-            })
-            .collect();
+        let grads = lcg_grads(&wf, size, &mut seed, &flex());
         let before = to_vec(wf.tensors()[0].clone().inner());
         let (a, ra) = fused.step(wf, deep(&grads), 3e-2);
         let (b, rb) = plain.step(wp, grads, 3e-2);

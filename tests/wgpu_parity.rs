@@ -151,3 +151,51 @@ fn a_cold_start_on_wgpu_cpu_has_its_own_cache_key() {
     assert!(tagged.starts_with(key) && tagged != key, "{tagged}");
     assert_eq!(tagged, device_key(key, &wgpu_cpu()), "stable within a run");
 }
+
+/// AdamW off the CPU backend runs as device tensor ops (one read per step: the global norm)
+/// and equals the CPU backend's fused host pass within 2e-6 absolute on every weight over four
+/// steps with clipping on then off, weight decay and a router learning-rate multiplier (the
+/// same f32 operations in the same order; a software Vulkan may round a division or a square
+/// root differently from the host). Without `AdamW::step`'s own serial scope, updates submitted
+/// from the pool's threads at once came out a whole step of lr apart on some parameter.
+#[test]
+fn wgpu_cpu_adamw_on_the_device_equals_the_host_update() {
+    use driftlab::optim::{AdamW, AdamWConfig};
+    let wgpu = wgpu_cpu();
+    let host = tiny_model(3);
+    let dev = Weights::from_bytes(&host.cfg, &host.weights.to_bytes(), &wgpu).unwrap();
+    let cfg = AdamWConfig {
+        lr: 3e-2,
+        weight_decay: 0.1,
+        grad_clip: 0.5,
+        router_lr_mult: 0.25,
+        ..AdamWConfig::default()
+    };
+    let mut on_host = AdamW::new(cfg.clone(), &host.weights);
+    let mut on_dev = AdamW::new(cfg, &dev);
+    assert!(
+        on_host.fused && !on_dev.fused,
+        "the host pass on flex, tensor ops on wgpu"
+    );
+    let (mut wh, mut wd) = (host.weights, dev);
+    let (mut sh, mut sd) = (5u64, 5u64);
+    for step in 0..4 {
+        let size = [1.0, 1.0, 50.0, 1e-4][step];
+        let gh = lcg_grads(&wh, size, &mut sh, &flex());
+        let gd = lcg_grads(&wd, size, &mut sd, &wgpu);
+        let (a, ra) = on_host.step(wh, gh, 3e-2);
+        let (b, rb) = on_dev.step(wd, gd, 3e-2);
+        assert!(ra.applied && rb.applied);
+        assert!(
+            (ra.grad_norm - rb.grad_norm).abs() <= 1e-5 * ra.grad_norm,
+            "step {step}: global norm {} on the host, {} on the device",
+            ra.grad_norm,
+            rb.grad_norm
+        );
+        for (i, (x, y)) in a.tensors().into_iter().zip(b.tensors()).enumerate() {
+            let d = max_abs(&to_vec(x.inner()), &to_vec(y.inner()));
+            assert!(d <= 2e-6, "step {step}, parameter {i}: {d} apart");
+        }
+        (wh, wd) = (a, b);
+    }
+}

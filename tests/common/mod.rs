@@ -315,3 +315,29 @@ pub fn key_valid(batch: &driftlab::model::SeqBatch, to: usize) -> Vec<bool> {
         .flat_map(|r| batch.valid[r * s..r * s + to].to_vec())
         .collect()
 }
+
+/// Gradients for `weights` of `size` times a uniform in [-0.5, 0.5), from a 64-bit LCG at
+/// `seed` (advanced), on `device`: the optimizer tests' inputs, the same values on any device.
+pub fn lcg_grads(
+    weights: &driftlab::model::Weights,
+    size: f32,
+    seed: &mut u64,
+    device: &Device,
+) -> Vec<burn::tensor::Tensor<2>> {
+    weights
+        .tensors()
+        .iter()
+        .map(|w| {
+            let dims = w.dims();
+            let vals: Vec<f32> = (0..dims[0] * dims[1])
+                .map(|_| {
+                    *seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    ((*seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * size
+                })
+                .collect();
+            driftlab::util::tensors::floats(vals, dims, device)
+        })
+        .collect()
+}
