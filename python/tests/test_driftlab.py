@@ -85,7 +85,7 @@ def _frames_without_timings(run):
 
 
 def test_an_interrupted_run_resumes_to_the_frames_of_a_whole_one(tmp_path):
-    spec = tiny(name="py_resume", steps=100)
+    spec = tiny(name="py_resume", steps=40)
     whole = driftlab.run(spec, out=tmp_path / "whole", cache_dir=tmp_path / "cache", progress=False)
     part = tmp_path / "part"
     # A SIGINT to this process once the first cell is written (flush_secs = 0 writes
