@@ -130,6 +130,36 @@ struct Coef {
     decay: Option<f32>,
 }
 
+impl Coef {
+    /// A parameter's coefficients in `group` at learning rate `lr`, clip factor `scale` and
+    /// bias corrections `(bc1, bc2)`.
+    fn new(
+        c: &AdamWConfig,
+        group: ParamGroup,
+        lr: f64,
+        scale: f64,
+        (bc1, bc2): (f64, f64),
+    ) -> Coef {
+        let (lr_g, wd) = match group {
+            ParamGroup::Router => (lr * c.router_lr_mult, c.weight_decay),
+            ParamGroup::Matrix => (lr, c.weight_decay),
+            ParamGroup::NoDecay => (lr, 0.0),
+        };
+        Coef {
+            scale: scale as f32,
+            b1: c.beta1 as f32,
+            c1: (1.0 - c.beta1) as f32,
+            b2: c.beta2 as f32,
+            c2: (1.0 - c.beta2) as f32,
+            bc1: bc1 as f32,
+            bc2: bc2 as f32,
+            eps: c.eps as f32,
+            lr: lr_g as f32,
+            decay: (wd > 0.0).then_some((lr_g * wd) as f32),
+        }
+    }
+}
+
 /// AdamW on one parameter with burn tensor ops: `(w, m, v)` after the step.
 fn tensor_update(
     w: Tensor<2>,
@@ -282,23 +312,7 @@ impl AdamW {
         let fused = self.fused;
         let updated =
             crate::util::parallel::par_map_mut(&mut slots, |_, (w, g, group, m_old, v_old)| {
-                let (lr_g, wd) = match group {
-                    ParamGroup::Router => (lr * c.router_lr_mult, c.weight_decay),
-                    ParamGroup::Matrix => (lr, c.weight_decay),
-                    ParamGroup::NoDecay => (lr, 0.0),
-                };
-                let k = Coef {
-                    scale: scale as f32,
-                    b1: c.beta1 as f32,
-                    c1: (1.0 - c.beta1) as f32,
-                    b2: c.beta2 as f32,
-                    c2: (1.0 - c.beta2) as f32,
-                    bc1: bc1 as f32,
-                    bc2: bc2 as f32,
-                    eps: c.eps as f32,
-                    lr: lr_g as f32,
-                    decay: (wd > 0.0).then_some((lr_g * wd) as f32),
-                };
+                let k = Coef::new(&c, *group, lr, scale, (bc1, bc2));
                 let w = w.take().expect("each slot once").inner();
                 let g = g.take().expect("each slot once");
                 if !fused {

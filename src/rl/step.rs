@@ -141,13 +141,7 @@ impl Trainer {
         let cfg = self.cfg.clone();
         let started = Instant::now();
         let moved = Transfers::now();
-        let k = cfg.rollout_staleness;
-        if k > 0 {
-            self.snapshots.push_back(self.model.clone());
-            while self.snapshots.len() > k + 1 {
-                self.snapshots.pop_front();
-            }
-        }
+        self.keep_snapshot();
         let behaviour = self.snapshots.front().unwrap_or(&self.model);
         let engine = engine_model(behaviour, cfg.mismatch, cfg.router_precision);
         let ro = rollout_on(
@@ -162,16 +156,7 @@ impl Trainer {
         let moved = Transfers::now();
         let started = Instant::now();
         let t_check = Instant::now();
-        let router_check = match cfg.router_check {
-            true => super::engine_router::check(
-                &engine,
-                behaviour,
-                &ro.generation.batch,
-                cfg.router_precision,
-                matches!(cfg.mismatch, super::Mismatch::Bf16),
-            ),
-            false => Vec::new(),
-        };
+        let router_check = router_check(&cfg, &engine, behaviour, &ro.generation.batch);
         let t_check = t_check.elapsed().as_secs_f64();
         let x_check = Transfers::since(moved);
         let moved = Transfers::now();
@@ -197,19 +182,7 @@ impl Trainer {
         let x_old = Transfers::since(moved);
         let moved = Transfers::now();
         let lr = cfg.optimizer.lr * cfg.lr_schedule.factor(self.step, cfg.total_steps);
-        let mut updates = Vec::with_capacity(b.mbs.len());
-        for m in 0..b.mbs.len() {
-            let t_up = Instant::now();
-            let mut rec = self.update(&b, &old, &adv, m, walk.as_ref(), lr);
-            if let Some(w) = walk.as_mut() {
-                w.advance();
-            }
-            rec.t_update = t_up.elapsed().as_secs_f64() - rec.t_probe;
-            let probed = Transfers::now();
-            self.probe(&b, m, walk.as_ref(), &mut rec);
-            rec.x_probe = rec.x_probe + Transfers::since(probed);
-            updates.push(rec);
-        }
+        let updates = self.updates(&b, &old, &adv, walk.as_mut(), lr);
         let t_probe: f64 = updates.iter().map(|u| u.t_probe).sum::<f64>() + t_check;
         let t_update = started.elapsed().as_secs_f64() - t_probe;
         let x_updates = Transfers::since(moved);
@@ -249,6 +222,43 @@ impl Trainer {
         };
         self.step += 1;
         out
+    }
+
+    /// With `rollout_staleness = k`, keep the policies of the last k steps and this one (the
+    /// oldest samples the rollout).
+    fn keep_snapshot(&mut self) {
+        let k = self.cfg.rollout_staleness;
+        if k > 0 {
+            self.snapshots.push_back(self.model.clone());
+            while self.snapshots.len() > k + 1 {
+                self.snapshots.pop_front();
+            }
+        }
+    }
+
+    /// Every minibatch's update, each followed by its probe, with their times and transfers.
+    fn updates(
+        &mut self,
+        b: &Batch,
+        old: &OldPolicy,
+        adv: &[f32],
+        mut walk: Option<&mut DriftWalk>,
+        lr: f64,
+    ) -> Vec<UpdateRecord> {
+        let mut updates = Vec::with_capacity(b.mbs.len());
+        for m in 0..b.mbs.len() {
+            let t_up = Instant::now();
+            let mut rec = self.update(b, old, adv, m, walk.as_deref(), lr);
+            if let Some(w) = walk.as_mut() {
+                w.advance();
+            }
+            rec.t_update = t_up.elapsed().as_secs_f64() - rec.t_probe;
+            let probed = Transfers::now();
+            self.probe(b, m, walk.as_deref(), &mut rec);
+            rec.x_probe = rec.x_probe + Transfers::since(probed);
+            updates.push(rec);
+        }
+        updates
     }
 
     /// Drift injection with a target share: σ is calibrated once per cell, on π_old's router
@@ -481,4 +491,24 @@ impl Trainer {
             x_probe: x_bias,
         }
     }
+}
+
+/// The engine's expert choices against an f64 router on the same hidden states, where
+/// `rl.router_check` asks for them ([`super::engine_router`]).
+fn router_check(
+    cfg: &RlConfig,
+    engine: &Model,
+    behaviour: &Model,
+    batch: &crate::model::SeqBatch,
+) -> Vec<super::engine_router::RouterCheck> {
+    if !cfg.router_check {
+        return Vec::new();
+    }
+    super::engine_router::check(
+        engine,
+        behaviour,
+        batch,
+        cfg.router_precision,
+        matches!(cfg.mismatch, super::Mismatch::Bf16),
+    )
 }
