@@ -562,15 +562,9 @@ fn load_balancing_loss_of_parts_adds_up_to_the_whole_batch() {
 #[test]
 fn the_fused_host_update_is_bitwise_the_tensor_update() {
     use driftlab::model::Weights;
-    use driftlab::optim::{AdamW, AdamWConfig};
+    use driftlab::optim::AdamW;
     let model = tiny_model(3);
-    let cfg = AdamWConfig {
-        lr: 3e-2,
-        weight_decay: 0.1,
-        grad_clip: 0.5,
-        router_lr_mult: 0.25,
-        ..AdamWConfig::default()
-    };
+    let cfg = adamw_test_cfg();
     let deep = |ts: &[Tensor<2>]| -> Vec<Tensor<2>> {
         ts.iter()
             .map(|t| floats(to_vec(t.clone().inner()), t.dims(), &flex()))

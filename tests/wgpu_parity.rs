@@ -160,17 +160,11 @@ fn a_cold_start_on_wgpu_cpu_has_its_own_cache_key() {
 /// from the pool's threads at once came out a whole step of lr apart on some parameter.
 #[test]
 fn wgpu_cpu_adamw_on_the_device_equals_the_host_update() {
-    use driftlab::optim::{AdamW, AdamWConfig};
+    use driftlab::optim::AdamW;
     let wgpu = wgpu_cpu();
     let host = tiny_model(3);
     let dev = Weights::from_bytes(&host.cfg, &host.weights.to_bytes(), &wgpu).unwrap();
-    let cfg = AdamWConfig {
-        lr: 3e-2,
-        weight_decay: 0.1,
-        grad_clip: 0.5,
-        router_lr_mult: 0.25,
-        ..AdamWConfig::default()
-    };
+    let cfg = adamw_test_cfg();
     let mut on_host = AdamW::new(cfg.clone(), &host.weights);
     let mut on_dev = AdamW::new(cfg, &dev);
     assert!(

@@ -341,3 +341,15 @@ pub fn lcg_grads(
         })
         .collect()
 }
+
+/// The optimizer tests' AdamW: a large lr (3e-2) so every step moves the weights, gradient
+/// clipping at 0.5, weight decay 0.1 on matrices and a router learning-rate multiplier 0.25.
+pub fn adamw_test_cfg() -> driftlab::optim::AdamWConfig {
+    driftlab::optim::AdamWConfig {
+        lr: 3e-2,
+        weight_decay: 0.1,
+        grad_clip: 0.5,
+        router_lr_mult: 0.25,
+        ..driftlab::optim::AdamWConfig::default()
+    }
+}
