@@ -117,29 +117,9 @@ impl RunInfo {
                 None => Vec::new(),
             },
         };
-        let slimmed = match v.get("slim") {
-            Some(s) => serde_json::from_value(s.clone()).with_context(|| {
-                format!("the 'slim' record of {} does not parse", path.display())
-            })?,
-            None => Default::default(),
-        };
-        let rows_kept = match v.get("rows_kept") {
-            Some(s) => serde_json::from_value(s.clone()).with_context(|| {
-                format!(
-                    "the 'rows_kept' record of {} does not parse",
-                    path.display()
-                )
-            })?,
-            None => Default::default(),
-        };
-        let ran = match v.get("ran") {
-            Some(r) if !r.is_null() => {
-                Some(serde_json::from_value(r.clone()).with_context(|| {
-                    format!("the 'ran' record of {} does not parse", path.display())
-                })?)
-            }
-            _ => None,
-        };
+        let slimmed = record(&v, "slim", &path)?.unwrap_or_default();
+        let rows_kept = record(&v, "rows_kept", &path)?.unwrap_or_default();
+        let ran = record(&v, "ran", &path)?;
         let git_commit = v
             .get("git_commit")
             .and_then(Value::as_str)
@@ -272,6 +252,16 @@ impl RunInfo {
 }
 
 /// Two cells' RL settings equal but for what an arm is compared by.
+/// config.json's optional record `key` (absent or null: `None`), parsed, or an error naming it.
+fn record<T: serde::de::DeserializeOwned>(v: &Value, key: &str, path: &Path) -> Result<Option<T>> {
+    match v.get(key) {
+        Some(r) if !r.is_null() => Ok(Some(serde_json::from_value(r.clone()).with_context(
+            || format!("the '{key}' record of {} does not parse", path.display()),
+        )?)),
+        _ => Ok(None),
+    }
+}
+
 fn same_knobs(a: &RlConfig, b: &RlConfig) -> bool {
     let strip = |r: &RlConfig| RlConfig {
         algorithm: Algorithm::default_of(AlgorithmKind::Grpo),
