@@ -248,11 +248,7 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
                     o.t_update,
                     o.t_probe,
                     gen_tokens,
-                    (
-                        o.transfers,
-                        o.resp_lens.iter().copied().max().unwrap_or(0),
-                        o.updates.len(),
-                    ),
+                    preset::Moved::of(&o),
                 ));
             }
         }
@@ -274,7 +270,7 @@ pub fn rl_step(device: &Device, reps: usize) -> Result<()> {
             toks as f64 / ro,
             toks as f64 / up
         );
-        preset::print_transfers(&moved.0, moved.1, moved.2);
+        moved.print();
     }
     Ok(())
 }

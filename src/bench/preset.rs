@@ -64,10 +64,7 @@ struct Split {
     gen_tokens: usize,
     train_flops: f64,
     /// What crossed the bus in that step, by phase.
-    moved: crate::util::tensors::StepTransfers,
-    /// Decoding steps of the rollout (the longest response).
-    decode_steps: usize,
-    minibatches: usize,
+    moved: Moved,
 }
 
 fn split(out: &StepOutput, cfg: &ModelConfig) -> Split {
@@ -83,9 +80,7 @@ fn split(out: &StepOutput, cfg: &ModelConfig) -> Split {
         gen_tokens: out.resp_lens.iter().sum(),
         // Every update trains its minibatch's rows once: the whole batch once per step.
         train_flops: 3.0 * forward_flops(cfg, &seq_lens(out)),
-        moved: out.transfers,
-        decode_steps: out.resp_lens.iter().copied().max().unwrap_or(0),
-        minibatches: out.updates.len(),
+        moved: Moved::of(out),
     }
 }
 
@@ -143,7 +138,7 @@ pub fn rl_preset(preset: Preset, device: &Device, reps: usize, every: Option<usi
             r.opt,
             r.probe,
         );
-        print_transfers(&r.moved, r.decode_steps, r.minibatches);
+        r.moved.print();
         if probe && threads == 1 {
             // Cells run one thread each, one per core: what an experiment gets per core-hour
             // (RL steps only; the cold start and the evals come on top).
@@ -165,20 +160,40 @@ pub fn rl_preset(preset: Preset, device: &Device, reps: usize, every: Option<usi
     Ok(())
 }
 
-/// The bytes and round trips of a step by phase, beside the times above: on a GPU each read
-/// waits for the device, so these bound what the phase can gain there.
-pub fn print_transfers(m: &crate::util::tensors::StepTransfers, decode_steps: usize, mbs: usize) {
-    let per = |n: u64, of: usize| n as f64 / of.max(1) as f64;
-    println!(
-        "  host-device transfers: rollout {} ({:.1} reads per decoding step, {decode_steps} steps); pi_old {}; train {}; optimizer {} ({:.1} reads per optimizer step, {mbs} steps); probe {}",
-        m.rollout,
-        per(m.rollout.reads, decode_steps),
-        m.pi_old,
-        m.train,
-        m.optimizer,
-        per(m.optimizer.reads, mbs),
-        m.probe
-    );
+/// A step's transfers by phase, with the units they are counted per.
+#[derive(Clone, Copy)]
+pub struct Moved {
+    x: crate::util::tensors::StepTransfers,
+    /// Decoding steps of the rollout (the longest response).
+    decode_steps: usize,
+    minibatches: usize,
+}
+
+impl Moved {
+    pub fn of(out: &StepOutput) -> Moved {
+        Moved {
+            x: out.transfers,
+            decode_steps: out.resp_lens.iter().copied().max().unwrap_or(0),
+            minibatches: out.updates.len(),
+        }
+    }
+
+    /// The bytes and round trips of a step by phase, beside the times above: on a GPU each
+    /// read waits for the device, so these bound what the phase can gain there.
+    pub fn print(&self) {
+        let per = |n: u64, of: usize| n as f64 / of.max(1) as f64;
+        let (m, steps, mbs) = (&self.x, self.decode_steps, self.minibatches);
+        println!(
+            "  host-device transfers: rollout {} ({:.1} reads per decoding step, {steps} steps); pi_old {}; train {}; optimizer {} ({:.1} reads per optimizer step, {mbs} steps); probe {}",
+            m.rollout,
+            per(m.rollout.reads, steps),
+            m.pi_old,
+            m.train,
+            m.optimizer,
+            per(m.optimizer.reads, mbs),
+            m.probe
+        );
+    }
 }
 
 /// The row of `--measure-every k`: one thread, probe and reference on steps 0, k, 2k, …; the
