@@ -74,6 +74,7 @@ fn router_logits_precision_rounds_the_logits_alone() {
             .collect(),
         want_probs: true,
         round_bf16: false,
+        routes_on_device: false,
     };
     let plain = model.route_traces(&batch, &opts(false));
     let round = model.route_traces(&batch, &opts(true));

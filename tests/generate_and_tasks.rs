@@ -2,7 +2,7 @@
 
 mod common;
 use common::*;
-use driftlab::generate::{Sampling, generate};
+use driftlab::generate::{Sampler, Sampling, generate};
 use driftlab::model::{ForwardOptions, NO_ROUTE, token_logp};
 use driftlab::task::{EOS, Problem, Task, TaskConfig, TaskKind, Tokenizer};
 use driftlab::util::tensors::{ints, to_vec};
@@ -25,6 +25,7 @@ fn sort_prompts(
         greedy: false,
         max_new,
         logit_noise: 0.0,
+        sampler: Sampler::Host,
     };
     (prompts, s)
 }
@@ -160,6 +161,7 @@ fn greedy_generation_is_deterministic_and_stops_at_eos() {
         greedy: true,
         max_new: 10,
         logit_noise: 0.0,
+        sampler: Sampler::Host,
     };
     let run = |seed| {
         generate(
@@ -389,5 +391,42 @@ fn leaving_finished_rows_out_changes_no_bit() {
         };
         assert_eq!(bits(&dropped), bits(&every), "log-probs, noise {noise}");
         assert_eq!(dropped.routes, every.routes, "routes, noise {noise}");
+    }
+}
+
+/// The device sampler ([`driftlab::generate::pick_on_device`]) draws the host sampler's tokens
+/// from the same random stream, reports their log-probs to f32 rounding and leaves the stream
+/// where the host sampler leaves it: sampled, greedy and with logit noise, on flex (its f32 sums
+/// may pick a neighbouring token only when a uniform falls within rounding of a CDF step).
+#[test]
+fn the_device_sampler_draws_the_host_samplers_tokens() {
+    use rand::RngExt;
+    let model = tiny_model(7).inner();
+    for (greedy, logit_noise) in [(false, 0.0), (true, 0.0), (false, 0.5)] {
+        let (prompts, s) = sort_prompts((1, 16, 11), 12);
+        let run = |sampler| {
+            let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
+            let s = Sampling {
+                greedy,
+                logit_noise,
+                sampler,
+                ..s
+            };
+            let g = generate(&model, &prompts, &s, &mut rng, &mut |_| {
+                ForwardOptions::default()
+            });
+            (g, rng.random::<u64>())
+        };
+        let ((h, h_next), (d, d_next)) = (run(Sampler::Host), run(Sampler::Device));
+        let what = format!("greedy {greedy}, logit noise {logit_noise}");
+        assert_eq!(h.responses, d.responses, "{what}");
+        assert_eq!(h.routes, d.routes, "{what}");
+        let d_lp = max_abs(&h.logp.concat(), &d.logp.concat());
+        assert!(d_lp < 1e-5, "{what}: log-probs differ by {d_lp}");
+        assert_eq!(h_next, d_next, "{what}: the stream moved on differently");
+        assert!(
+            greedy || h.responses.iter().any(|r| r.len() > 2),
+            "{what}: too short to test"
+        );
     }
 }

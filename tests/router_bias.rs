@@ -369,6 +369,7 @@ fn route_traces_are_the_full_forwards_traces() {
                 .collect(),
             want_probs: true,
             round_bf16: false,
+            routes_on_device: false,
         };
         let full = model.forward(&batch, &opts).traces;
         let probe = model.route_traces(&batch, &opts);

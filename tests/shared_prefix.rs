@@ -82,6 +82,7 @@ fn opts_with(n_layers: usize, forced: Option<&[Vec<u16>]>, want_input: bool) -> 
             .collect(),
         want_probs: true,
         round_bf16: false,
+        routes_on_device: false,
     }
 }
 
@@ -236,7 +237,7 @@ fn trainer_steps_are_the_same_with_the_shared_forward() {
 /// own) it prefills every row.
 #[test]
 fn prefilling_a_group_once_changes_no_bit() {
-    use driftlab::generate::{Generation, Sampling, generate_sharded};
+    use driftlab::generate::{Generation, Sampler, Sampling, generate_sharded};
     use driftlab::kernels::hooks::{self, Node, Switch};
     use driftlab::util::tensors::floats;
     let vocab = Tokenizer.vocab_size();
@@ -255,6 +256,7 @@ fn prefilling_a_group_once_changes_no_bit() {
         greedy: false,
         max_new: 10,
         logit_noise: 0.0,
+        sampler: Sampler::Host,
     };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(1)

@@ -24,6 +24,7 @@ fn a_tiny_rl_step_stays_under_its_transfer_bounds() {
             &device,
         );
         let cfg = tiny_rl(Algorithm::Grpo(GrpoConfig::default()), RoutingMode::Native);
+        let cfg_shards = cfg.rollout_shards;
         let mut t = Trainer::new(cfg, model, short_sort(), 0).unwrap();
         t.step();
         let o = t.step();
@@ -50,7 +51,12 @@ fn a_tiny_rl_step_stays_under_its_transfer_bounds() {
         // response 5 tokens), reads + uploads:
         //   flex:     rollout 30 + 110, pi_old 28 + 104, train 28 + 56, optimizer 148 + 74
         //             (its fused host pass), probe 8 + 28
-        //   wgpu-cpu: rollout 30 + 130, pi_old 28 + 120, train 28 + 80, optimizer 2 + 0 (the
+        //   wgpu-cpu: rollout 30 + 130 (10 + 87, 9.3 → 4.6 KiB read, since tokens are picked on
+        //             the device, one [rows, 2] read per decoding step for both shards in place of
+        //             each shard's logits, and the decoding steps' top-k runs there too, their
+        //             routes read once per generation in place of each layer's scores per step;
+        //             the prompts' routes are 4 of the 10),
+        //             pi_old 28 + 120, train 28 + 80, optimizer 2 + 0 (the
         //             global norm, once per optimizer step: the update stays on the device),
         //             probe 8 + 32.
         // The bounds are those with a little room, per unit of work.
@@ -59,11 +65,20 @@ fn a_tiny_rl_step_stays_under_its_transfer_bounds() {
         // On flex the fused host pass reads each parameter and its gradient and writes the
         // parameter back (37 tensors).
         let params = warm.weights.tensors().len() as u64;
+        // Off flex the prompts' routes are read once a generation, one read per MoE layer and
+        // rollout shard; the decoding steps then read one buffer each (their tokens and
+        // log-probs) and the generation one more (its decoding steps' routes).
+        let prompt_routes = (warm.cfg.n_layers * cfg_shards) as u64;
+        let rollout_reads = if host {
+            x.rollout.reads
+        } else {
+            x.rollout.reads.saturating_sub(prompt_routes)
+        };
         for (what, got, per, unit, n) in [
             (
-                "rollout reads",
-                x.rollout.reads,
-                6,
+                "rollout reads (beyond the prompts' routes off flex)",
+                rollout_reads,
+                if host { 6 } else { 1 },
                 "generation steps",
                 steps,
             ),
@@ -101,4 +116,20 @@ fn a_tiny_rl_step_stays_under_its_transfer_bounds() {
             );
         }
     }
+    // The sampler alone on wgpu-cpu (one shard): the device sampler reads back a token and a
+    // log-prob per row and decoding step, not the vocabulary's logits, and the routes once at
+    // the end, beside the prompts' routes (measured: host 18 reads, 6.9 KiB; device 9 reads, 3.5 KiB, over
+    // 6 steps).
+    let (h, d) = common::host_and_device_samples(&DeviceChoice::WgpuCpu.device().unwrap());
+    let steps = d.0.responses.iter().map(Vec::len).max().unwrap() as u64;
+    let vocab = warm.cfg.vocab_size as u64;
+    eprintln!("sampling, host: {}\nsampling, device: {}", h.1, d.1);
+    assert!(
+        d.1.reads <= steps + 1 + warm.cfg.n_layers as u64,
+        "one read a decoding step, one of their routes, one per layer of the prompts' routes"
+    );
+    assert!(
+        h.1.read_bytes - d.1.read_bytes >= steps * 8 * 4 * (vocab - 2),
+        "the logits stay on the device"
+    );
 }

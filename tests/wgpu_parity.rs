@@ -193,3 +193,16 @@ fn wgpu_cpu_adamw_on_the_device_equals_the_host_update() {
         (wh, wd) = (a, b);
     }
 }
+
+/// On wgpu-cpu the default sampler is the device's, with the routers' top-k on the device and
+/// the experts run densely (`model::device_routes`): the host sampler's tokens and routes, the
+/// log-probs to float rounding (what it reads back: `tests/transfers.rs`).
+#[test]
+fn wgpu_cpu_samples_on_the_device_the_host_samplers_tokens() {
+    let wgpu = wgpu_cpu();
+    let (h, d) = common::host_and_device_samples(&wgpu);
+    assert_eq!(h.0.responses, d.0.responses);
+    assert_eq!(h.0.routes, d.0.routes);
+    let d_lp = max_abs(&h.0.logp.concat(), &d.0.logp.concat());
+    assert!(d_lp < 1e-5, "log-probs differ by {d_lp}");
+}

@@ -6,7 +6,7 @@ pub mod preset;
 pub mod timing;
 
 use crate::coldstart::sft_loss;
-use crate::generate::{Sampling, generate};
+use crate::generate::{Sampler, Sampling, generate};
 use crate::model::moe::{LayerRouting, moe_forward};
 use crate::model::weights::{FfnWeights, Weights};
 use crate::model::{ExpertPath, ForwardOptions, Model, ModelConfig, Preset};
@@ -126,6 +126,7 @@ pub fn model_throughput(preset: Preset, device: &Device, reps: usize) -> Result<
         greedy: false,
         max_new: task.cfg.max_answer_tokens(),
         logit_noise: 0.0,
+        sampler: Sampler::Auto,
     };
     let inner = model.inner();
     let mut generated = 0usize;

@@ -1,7 +1,7 @@
 //! The supervised cold start itself: next-token training on correct answers until a sampled
 //! eval accuracy or a step budget is reached, and its evaluation.
 
-use crate::generate::{Sampling, generate, layout};
+use crate::generate::{Sampler, Sampling, generate, layout};
 use crate::model::{ForwardOptions, Model, ModelConfig, token_logp};
 use crate::optim::{AdamW, AdamWConfig};
 use crate::task::{EOS, Problem, Task};
@@ -49,6 +49,7 @@ pub fn evaluate(model: &Model, task: &Task, seed: u64) -> EvalAccuracy {
             greedy: false,
             max_new,
             logit_noise: 0.0,
+            sampler: Sampler::Host,
         },
         &mut rng,
     );
@@ -61,6 +62,7 @@ pub fn evaluate(model: &Model, task: &Task, seed: u64) -> EvalAccuracy {
             greedy: true,
             max_new,
             logit_noise: 0.0,
+            sampler: Sampler::Host,
         },
         &mut rng,
     );

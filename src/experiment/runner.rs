@@ -8,7 +8,7 @@ use super::spec::ExperimentSpec;
 use super::status::{CellState, CellStatus};
 use super::version::git_commit;
 use crate::coldstart::{ColdStart, load_or_train};
-use crate::generate::Sampling;
+use crate::generate::{Sampler, Sampling};
 use crate::metrics::collapse::{CollapseDetector, StepSignals};
 use crate::metrics::responses::{length_rows, prefix_rows};
 use crate::metrics::rows::{
@@ -108,6 +108,7 @@ pub fn greedy_eval(model: &crate::model::Model, task: &Task) -> f64 {
         greedy: true,
         max_new: task.cfg.max_answer_tokens(),
         logit_noise: 0.0,
+        sampler: Sampler::Auto,
     };
     let mut rng = rand::rngs::Xoshiro256PlusPlus::seed_from_u64(0);
     crate::coldstart::accuracy(&model.inner(), task, &task.eval, &s, &mut rng)

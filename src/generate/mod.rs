@@ -6,8 +6,10 @@ use crate::task::{EOS, PAD};
 use rand::RngExt;
 use rand::rngs::Xoshiro256PlusPlus;
 
+mod device_pick;
 mod shards;
-use shards::{RouteLog, Shards, long_inner};
+pub use device_pick::{Sampler, pick_on_device};
+use shards::{Logits, OnDevice, RouteLog, Shards, long_inner};
 
 /// How to pick each next token.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -21,6 +23,9 @@ pub struct Sampling {
     /// Standard deviation of Gaussian noise added to the logits before sampling (a mismatched
     /// rollout engine); 0 = none. Log-probs refer to the noisy distribution actually sampled.
     pub logit_noise: f32,
+    /// Where tokens are picked: on the host from every logit, or on the device
+    /// ([`device_pick`]); `Auto` picks by the model's device.
+    pub sampler: Sampler,
 }
 
 /// Result of generating one response per prompt.
@@ -165,9 +170,15 @@ pub fn generate_sharded(
         s.max_new,
         model.cfg.max_seq_len
     );
+    let device = model.device();
+    let on_device = s.sampler.on_device(&device);
+    let on = OnDevice {
+        logits: on_device,
+        routes: on_device && !crate::util::tensors::is_host(&device),
+    };
     let mut sh = Shards::new(b, shards);
     let mut log = RouteLog::new(model.cfg.top_k);
-    let mut last = sh.prefill(model, &ptok, &pvalid, pw, routing_for, &mut log);
+    let mut last = sh.prefill(model, &ptok, &pvalid, pw, routing_for, &mut log, on);
     let mut key_valid: Vec<Vec<bool>> = (0..b)
         .map(|r| pvalid[r * pw..(r + 1) * pw].to_vec())
         .collect();
@@ -176,11 +187,17 @@ pub fn generate_sharded(
     let mut done = vec![false; b];
     for step in 0..s.max_new {
         let mut next = vec![PAD; b];
-        for r in 0..b {
-            if done[r] {
-                continue;
+        let picks: Vec<Option<(u32, f32)>> = match last {
+            Logits::Host(l) => (0..b)
+                .map(|r| (!done[r]).then(|| pick(&l[r * v..(r + 1) * v], s, rng)))
+                .collect(),
+            Logits::Device(l) => {
+                let active: Vec<bool> = done.iter().map(|d| !d).collect();
+                pick_on_device(l, &active, s, rng)
             }
-            let (tok, lp) = pick(&last[r * v..(r + 1) * v], s, rng);
+        };
+        for (r, p) in picks.into_iter().enumerate() {
+            let Some((tok, lp)) = p else { continue };
             responses[r].push(tok);
             logp[r].push(lp);
             next[r] = tok;
@@ -197,7 +214,9 @@ pub fn generate_sharded(
             key_valid[r].push(active[r]);
         }
         // Rows that finished leave the shards' batches where that keeps every bit.
-        sh.drop_finished(&active, long_inner(&model.cfg));
+        if !on_device {
+            sh.drop_finished(&active, long_inner(&model.cfg));
+        }
         let pos = pw + step;
         last = sh.decode(
             model,
@@ -207,6 +226,7 @@ pub fn generate_sharded(
             pos,
             routing_for,
             &mut log,
+            on,
         );
     }
     let (batch, _) = layout(prompts, &responses);

@@ -6,12 +6,34 @@ use crate::kernels::gemm_paths;
 use crate::kernels::hooks::{self, Node, Switch};
 use crate::model::{ForwardOptions, LayerCache, LayerRouting, Model, NO_ROUTE, SeqBatch};
 use crate::util::rows_from;
-use crate::util::tensors::{ints, to_vec};
+use crate::util::tensors::{floats, ints, to_vec};
+use burn::tensor::{Int, Tensor};
+
+/// The ids a forward used per MoE layer: read back (`[tokens · k]` each), or still on the
+/// device (`[tokens, k]` each, [`ForwardOptions::routes_on_device`]).
+pub(super) enum Used {
+    Host(Vec<Vec<u16>>),
+    Device(Vec<Tensor<2, Int>>),
+}
+
+/// Where a generation keeps what its forwards make: the last logits (for
+/// [`super::pick_on_device`]) and the routes (read once, at the end).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct OnDevice {
+    pub logits: bool,
+    pub routes: bool,
+}
+
+/// The rows, positions and active flags of one forward's tokens.
+type Where = (Vec<usize>, Vec<usize>, Vec<bool>);
 
 /// The routes a generation used, as (row, position, k ids) per layer; laid out at the end.
+/// Routes left on the device wait, with their rows and positions, for one read back of all of
+/// them ([`RouteLog::into_layout`]).
 pub(super) struct RouteLog {
     k: usize,
     layers: Vec<Vec<(usize, usize, Vec<u16>)>>,
+    on_device: Vec<(Vec<Tensor<2, Int>>, Where)>,
 }
 
 impl RouteLog {
@@ -19,12 +41,28 @@ impl RouteLog {
         RouteLog {
             k,
             layers: Vec::new(),
+            on_device: Vec::new(),
         }
     }
 
     /// Record the used ids of the active tokens of one forward, given each token's row and
     /// position.
-    fn record(&mut self, used: &[Vec<u16>], rows: &[usize], positions: &[usize], active: &[bool]) {
+    fn record(&mut self, used: Used, rows: &[usize], positions: &[usize], active: &[bool]) {
+        match used {
+            Used::Host(ids) => self.record_host(&ids, rows, positions, active),
+            Used::Device(ids) => self
+                .on_device
+                .push((ids, (rows.to_vec(), positions.to_vec(), active.to_vec()))),
+        }
+    }
+
+    fn record_host(
+        &mut self,
+        used: &[Vec<u16>],
+        rows: &[usize],
+        positions: &[usize],
+        active: &[bool],
+    ) {
         let k = self.k;
         if self.layers.len() < used.len() {
             self.layers.resize_with(used.len(), Vec::new);
@@ -38,8 +76,32 @@ impl RouteLog {
         }
     }
 
+    /// The routes still on the device, read back in one buffer and recorded.
+    fn read_back(&mut self) {
+        let pending = std::mem::take(&mut self.on_device);
+        let all: Vec<Tensor<2>> = (pending.iter())
+            .flat_map(|(ids, _)| ids.iter().map(|t| t.clone().float()))
+            .collect();
+        if all.is_empty() {
+            return;
+        }
+        let flat = to_vec(Tensor::cat(all, 0));
+        let mut at = 0;
+        for (ids, (rows, positions, active)) in pending {
+            let used: Vec<Vec<u16>> = (ids.iter())
+                .map(|t| {
+                    let n = t.dims()[0] * self.k;
+                    at += n;
+                    flat[at - n..at].iter().map(|&e| e as u16).collect()
+                })
+                .collect();
+            self.record_host(&used, &rows, &positions, &active);
+        }
+    }
+
     /// Per layer `[b · seq, k]` in the batch layout, `NO_ROUTE` where nothing was routed.
-    pub(super) fn into_layout(self, b: usize, seq: usize) -> Vec<Vec<u16>> {
+    pub(super) fn into_layout(mut self, b: usize, seq: usize) -> Vec<Vec<u16>> {
+        self.read_back();
         let k = self.k;
         self.layers
             .into_iter()
@@ -52,6 +114,14 @@ impl RouteLog {
             })
             .collect()
     }
+}
+
+/// The logits of the last position of every row, `[b, vocab]`: read back to the host, or kept
+/// on the device for [`super::pick_on_device`].
+#[allow(clippy::large_enum_variant)] // one per decoding step
+pub(super) enum Logits {
+    Host(Vec<f32>),
+    Device(Tensor<2>),
 }
 
 /// Contiguous row shards of a generation, each with its own KV cache.
@@ -158,6 +228,7 @@ impl Shards {
     }
 
     /// The prompts' forward (filling the caches); returns the last position's logits per row.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn prefill(
         &mut self,
         model: &Model,
@@ -166,11 +237,15 @@ impl Shards {
         pw: usize,
         routing_for: &mut dyn FnMut(usize) -> ForwardOptions<'static>,
         log: &mut RouteLog,
-    ) -> Vec<f32> {
+        on: OnDevice,
+    ) -> Logits {
         let v = model.cfg.vocab_size;
         let bounds = &self.bounds;
-        let opts: Vec<ForwardOptions<'static>> =
-            bounds.iter().map(|r| routing_for(r.len() * pw)).collect();
+        let opts: Vec<ForwardOptions<'static>> = (bounds.iter())
+            // The prompts' routes are read back (once a generation): a prompt's many tokens
+            // would run every expert densely on the device path.
+            .map(|r| with_routes(routing_for(r.len() * pw), false))
+            .collect();
         let outs = crate::util::parallel::par_map_mut(&mut self.caches, |i, cache| {
             let r = bounds[i].clone();
             let prefill = SeqBatch {
@@ -179,13 +254,22 @@ impl Shards {
                 tokens: ptok[r.start * pw..r.end * pw].to_vec(),
                 valid: pvalid[r.start * pw..r.end * pw].to_vec(),
             };
-            if let Some(out) = prefill_shared(model, &prefill, &opts[i], cache) {
-                return out;
+            if let Some((l, used)) = prefill_shared(model, &prefill, &opts[i], cache) {
+                return (Logits::Host(l), Used::Host(used));
             }
             let out = model.forward_at(&prefill, 0, &prefill.valid, &opts[i], Some(cache));
-            let used = out.traces.into_iter().map(|t| t.used).collect();
-            (last_logits(out.logits, (r.len(), pw, v)), used)
+            let used = used_of(out.traces, out.device_routes, opts[i].routes_on_device);
+            let last = last_position(out.logits, (r.len(), pw, v));
+            (
+                if on.logits {
+                    Logits::Device(last)
+                } else {
+                    Logits::Host(to_vec(last))
+                },
+                used,
+            )
         });
+        let device = model.device();
         let mut last = Vec::new();
         for (r, (l, used)) in bounds.iter().zip(outs) {
             let rows: Vec<usize> = r
@@ -193,10 +277,10 @@ impl Shards {
                 .flat_map(|row| std::iter::repeat_n(row, pw))
                 .collect();
             let positions: Vec<usize> = r.clone().flat_map(|_| 0..pw).collect();
-            log.record(&used, &rows, &positions, &pvalid[r.start * pw..r.end * pw]);
-            last.extend(l);
+            log.record(used, &rows, &positions, &pvalid[r.start * pw..r.end * pw]);
+            last.push(l);
         }
-        last
+        join(last, on.logits, v, &device)
     }
 
     /// One decoding step: the `next` token of every row a shard still feeds, at `pos`; returns
@@ -211,14 +295,15 @@ impl Shards {
         pos: usize,
         routing_for: &mut dyn FnMut(usize) -> ForwardOptions<'static>,
         log: &mut RouteLog,
-    ) -> Vec<f32> {
+        on: OnDevice,
+    ) -> Logits {
         let v = model.cfg.vocab_size;
         let (bounds, rows) = (&self.bounds, &self.rows);
         let opts: Vec<ForwardOptions<'static>> = bounds
             .iter()
             .zip(rows)
             .map(|(r, fed)| {
-                let o = routing_for(r.len());
+                let o = with_routes(routing_for(r.len()), on.routes);
                 if fed.len() == r.len() {
                     o
                 } else {
@@ -240,29 +325,86 @@ impl Shards {
                 valid: fed.iter().map(|&r| active[r]).collect(),
             };
             let out = model.forward_at(&batch, pos, &kv_flat, &opts[i], Some(cache));
-            let used: Vec<Vec<u16>> = out.traces.into_iter().map(|t| t.used).collect();
-            (to_vec(out.logits), used)
+            let used = used_of(out.traces, out.device_routes, opts[i].routes_on_device);
+            (out.logits, used)
         });
+        if on.logits {
+            // Every shard feeds all its rows (the caller leaves none out): in row order.
+            let mut parts = Vec::new();
+            for (fed, (l, used)) in rows.iter().zip(outs) {
+                let fed_active: Vec<bool> = fed.iter().map(|&r| active[r]).collect();
+                log.record(used, fed, &vec![pos; fed.len()], &fed_active);
+                parts.push(l);
+            }
+            return Logits::Device(Tensor::cat(parts, 0));
+        }
         let mut last = vec![0.0; next.len() * v];
         for (fed, (l, used)) in rows.iter().zip(outs) {
+            let l = to_vec(l);
             for (j, &r) in fed.iter().enumerate() {
                 last[r * v..(r + 1) * v].copy_from_slice(&l[j * v..(j + 1) * v]);
             }
             let fed_active: Vec<bool> = fed.iter().map(|&r| active[r]).collect();
-            log.record(&used, fed, &vec![pos; fed.len()], &fed_active);
+            log.record(used, fed, &vec![pos; fed.len()], &fed_active);
         }
-        last
+        Logits::Host(last)
+    }
+}
+
+/// `o` with its routes kept on the device when `on` and every layer's routing allows it.
+fn with_routes(o: ForwardOptions<'static>, on: bool) -> ForwardOptions<'static> {
+    let allowed = o.routing.iter().all(crate::model::device_routes::allows);
+    ForwardOptions {
+        routes_on_device: on && allowed,
+        ..o
+    }
+}
+
+/// A forward's used ids: its device routes when they stayed there, else its traces'.
+fn used_of(
+    traces: Vec<crate::model::RoutingTrace>,
+    device_routes: Vec<Tensor<2, Int>>,
+    on_device: bool,
+) -> Used {
+    if on_device {
+        Used::Device(device_routes)
+    } else {
+        Used::Host(traces.into_iter().map(|t| t.used).collect())
     }
 }
 
 /// The last position's logits `[n, v]` of a prefill's `[n·pw, v]`.
-fn last_logits(logits: burn::tensor::Tensor<2>, (n, pw, v): (usize, usize, usize)) -> Vec<f32> {
-    to_vec(
-        logits
-            .reshape([n, pw, v])
-            .slice([0..n, pw - 1..pw, 0..v])
-            .reshape([n, v]),
-    )
+fn last_position(logits: Tensor<2>, (n, pw, v): (usize, usize, usize)) -> Tensor<2> {
+    logits
+        .reshape([n, pw, v])
+        .slice([0..n, pw - 1..pw, 0..v])
+        .reshape([n, v])
+}
+
+/// The shards' prefill logits in row order: on the host, or on the device (a shard computed
+/// on the host, [`prefill_shared`], uploaded).
+fn join(parts: Vec<Logits>, on_device: bool, v: usize, device: &burn::tensor::Device) -> Logits {
+    if !on_device {
+        let mut all = Vec::new();
+        for p in parts {
+            match p {
+                Logits::Host(l) => all.extend(l),
+                Logits::Device(t) => all.extend(to_vec(t)),
+            }
+        }
+        return Logits::Host(all);
+    }
+    let tensors = parts
+        .into_iter()
+        .map(|p| match p {
+            Logits::Host(l) => {
+                let n = l.len() / v;
+                floats(l, [n, v], device)
+            }
+            Logits::Device(t) => t,
+        })
+        .collect();
+    Logits::Device(Tensor::cat(tensors, 0))
 }
 
 /// A shard's prefill on the CPU backend with each run of identical prompt rows (a prompt
@@ -332,7 +474,7 @@ fn prefill_shared(
     }
     cache.iter_mut().for_each(|l| l.take_rows(&src));
     count_shared();
-    let last = rows_from(&last_logits(out.logits, (c, pw, v)), &src, v);
+    let last = rows_from(&to_vec(last_position(out.logits, (c, pw, v))), &src, v);
     let used = (out.traces.iter())
         .map(|t| rows_from(&t.used, &src, pw * k))
         .collect();

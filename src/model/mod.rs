@@ -2,6 +2,8 @@
 
 pub mod attention;
 pub mod config;
+pub mod device_routes;
+mod expert_groups;
 pub mod moe;
 pub mod routes;
 pub mod shared;
@@ -54,6 +56,10 @@ pub struct ForwardOptions<'a> {
     /// Round the residual stream to bfloat16 precision after every sublayer (a rollout engine
     /// with lower-precision numerics; never used by the trainer).
     pub round_bf16: bool,
+    /// Keep every MoE layer's routes on the device ([`device_routes`]): no traces, no loss
+    /// terms, the ids in [`ForwardOutput::device_routes`]. For a generation's forwards off the
+    /// CPU backend; every layer's routing must allow it ([`device_routes::allows`]).
+    pub routes_on_device: bool,
 }
 
 impl<'a> ForwardOptions<'a> {
@@ -84,6 +90,9 @@ pub struct ForwardOutput {
     pub load: Vec<moe::LoadTerms>,
     /// Mean over layers of the router z-loss (`[1]`).
     pub z_loss: Tensor<1>,
+    /// With [`ForwardOptions::routes_on_device`], each MoE layer's used ids `[tokens, k]` (and
+    /// no traces); else empty.
+    pub device_routes: Vec<Tensor<2, burn::tensor::Int>>,
 }
 
 /// Weights plus the constant tables a forward needs. Cheap to clone (tensor handles).
@@ -187,6 +196,7 @@ impl Model {
             aux_loss: layer_mean(r.aux, &device),
             z_loss: layer_mean(r.z, &device),
             load: r.load,
+            device_routes: r.device_routes,
         }
     }
 
@@ -301,6 +311,17 @@ impl Model {
                     out.traces.push(t);
                     return Some(out);
                 }
+                FfnWeights::Moe(mw) if opts.routes_on_device => {
+                    let routing = (pass.routing)(l);
+                    assert!(
+                        device_routes::allows(&routing),
+                        "routes on the device: {routing:?}"
+                    );
+                    let (y, ids) =
+                        device_routes::moe_forward_on_device(mw, cfg, h, pass.valid, &routing);
+                    out.device_routes.push(ids);
+                    y
+                }
                 FfnWeights::Moe(mw) => {
                     let routing = (pass.routing)(l);
                     let o = moe::moe_forward(mw, cfg, h, pass.valid, routing, opts.want_probs);
@@ -339,6 +360,7 @@ struct Blocks {
     aux: Vec<Tensor<1>>,
     z: Vec<Tensor<1>>,
     load: Vec<moe::LoadTerms>,
+    device_routes: Vec<Tensor<2, burn::tensor::Int>>,
 }
 
 /// Mean of per-layer scalars (`[1]` each); zero without layers.

@@ -237,7 +237,7 @@ pub fn moe_forward(
 /// softmax probabilities twice for the softmax router; for `sigmoid_bias` the sigmoid
 /// affinities `s` and their normalisation `s / Σ_e s` (the distribution the load-balancing
 /// loss, the traces and the drift metrics use, as DeepSeek-V3's balance loss does).
-fn router_scores(cfg: &ModelConfig, logits: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
+pub(super) fn router_scores(cfg: &ModelConfig, logits: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
     match cfg.router {
         RouterKind::Softmax => {
             let p = softmax(logits, 1);
@@ -340,7 +340,7 @@ fn dispatch(
     let gates = gates.reshape([t * k, 1]);
     let out = zeros();
     if !crate::util::tensors::is_host(&device) {
-        return grouped_once(w, x, gates, &by_expert, &perm_tok, out, &device);
+        return super::expert_groups::padded_group_products(w, x, gates, &by_expert, out, &device);
     }
     let mut ys = Vec::new();
     for list in &by_expert {
@@ -367,37 +367,6 @@ fn dispatch(
         y,
         IndexingUpdateOp::Add,
     )
-}
-
-/// The device path of [`dispatch`]: tokens and gate slots gathered into expert order with one
-/// upload each (not two per expert), each expert's rows a slice of them, and the products added
-/// back with the token permutation. Flex keeps its per-expert selects: summed gradients of a
-/// token's k rows then meet in the order they always did, bit for bit.
-fn grouped_once(
-    w: &MoeWeights,
-    x: Tensor<2>,
-    gates: Tensor<2>,
-    by_expert: &[Vec<(usize, usize)>],
-    perm_tok: &[usize],
-    out: Tensor<2>,
-    device: &burn::tensor::Device,
-) -> Tensor<2> {
-    let n_routed = perm_tok.len();
-    let perm = ints(perm_tok, [n_routed], device);
-    let slots: Vec<usize> = by_expert.iter().flatten().map(|&(_, s)| s).collect();
-    let xg = x.select(0, perm.clone()); // [N, D], grouped by expert
-    let gg = gates.select(0, ints(&slots, [n_routed], device)); // [N, 1]
-    let mut start = 0;
-    let mut ys = Vec::new();
-    for (list, ew) in by_expert.iter().zip(&w.experts) {
-        let n = list.len();
-        if n > 0 {
-            let rows = start..start + n;
-            ys.push(swiglu(ew, xg.clone().slice(rows.clone())) * gg.clone().slice(rows));
-        }
-        start += n;
-    }
-    out.select_assign(0, perm, Tensor::cat(ys, 0), IndexingUpdateOp::Add)
 }
 
 /// Load balance and z-loss over active tokens: f_e from the native choice (constant), P_e from

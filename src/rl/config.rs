@@ -171,6 +171,11 @@ macro_rules! rl_config {
             /// own KV cache, in parallel when the thread pool has more than one thread. Tokens are
             /// sampled in row order from one random stream either way.
             pub rollout_shards: usize,
+            /// Where the rollout engine picks tokens (see [`crate::generate::Sampler`]): `auto`
+            /// (default: the host on flex, the device elsewhere), `host` or `device`; left out
+            /// of a written config at `auto`.
+            #[serde(skip_serializing_if = "crate::generate::Sampler::is_auto")]
+            pub sampler: crate::generate::Sampler,
             pub temperature: f32,
             pub mismatch: Mismatch,
             /// The rollout engine's router precision, apart from the rest of `mismatch` (see
@@ -245,6 +250,7 @@ macro_rules! rl_config {
                     rollout_staleness: 0,
                     micro_batches: 2,
                     rollout_shards: 2,
+                    sampler: crate::generate::Sampler::Auto,
                     temperature: 1.0,
                     mismatch: Mismatch::None,
                     router_precision: RouterPrecision::default(),

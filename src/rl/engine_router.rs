@@ -187,6 +187,7 @@ pub fn check(
             .collect(),
         want_probs: false,
         round_bf16,
+        routes_on_device: false,
     };
     let traces = engine.route_traces(batch, &opts);
     let routers = policy

@@ -289,6 +289,7 @@ pub(super) fn routing<'a>(
         routing,
         want_probs: true,
         round_bf16: false,
+        routes_on_device: false,
     }
 }
 

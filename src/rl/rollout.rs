@@ -86,6 +86,7 @@ pub fn rollout_on(
         greedy: false,
         max_new: task.cfg.max_answer_tokens(),
         logit_noise,
+        sampler: cfg.sampler,
     };
     let (n_layers, n_experts) = (model.cfg.n_layers, model.cfg.n_experts);
     let device = model.device();
@@ -119,6 +120,7 @@ pub fn rollout_on(
             routing: round_logits(routing, n_layers, round_router_logits),
             want_probs: false,
             round_bf16,
+            routes_on_device: false,
         }
     };
     let generation = generate_sharded(

@@ -353,3 +353,50 @@ pub fn adamw_test_cfg() -> driftlab::optim::AdamWConfig {
         ..driftlab::optim::AdamWConfig::default()
     }
 }
+
+/// One generation of 8 sort prompts (tiny model, seed 7, up to 6 tokens) on `device` with the
+/// host sampler and with the default one, each with the transfers it made (meaningful only
+/// where one test runs alone: `tests/transfers.rs`).
+pub fn host_and_device_samples(
+    device: &Device,
+) -> (
+    (
+        driftlab::generate::Generation,
+        driftlab::util::tensors::Transfers,
+    ),
+    (
+        driftlab::generate::Generation,
+        driftlab::util::tensors::Transfers,
+    ),
+) {
+    use driftlab::generate::{Sampler, Sampling, generate};
+    use driftlab::util::tensors::Transfers;
+    use rand::SeedableRng;
+    let m = tiny_model(7);
+    let model = Model::new(
+        m.cfg.clone(),
+        driftlab::model::Weights::from_bytes(&m.cfg, &m.weights.to_bytes(), device).unwrap(),
+        device,
+    );
+    let task = sort_task(1);
+    let prompts: Vec<Vec<u32>> = problems(&task, 8, 11)
+        .into_iter()
+        .map(|p| p.prompt)
+        .collect();
+    let run = |sampler| {
+        let s = Sampling {
+            temperature: 1.0,
+            greedy: false,
+            max_new: 6,
+            logit_noise: 0.0,
+            sampler,
+        };
+        let mut rng = rand::rngs::Xoshiro256PlusPlus::seed_from_u64(5);
+        let before = Transfers::now();
+        let g = generate(&model, &prompts, &s, &mut rng, &mut |_| {
+            driftlab::model::ForwardOptions::default()
+        });
+        (g, Transfers::since(before))
+    };
+    (run(Sampler::Host), run(Sampler::Auto))
+}
