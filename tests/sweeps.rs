@@ -178,7 +178,44 @@ fn three_shards_merge_to_the_unsharded_run_and_merge_refuses_what_does_not_fit()
         e.contains("different driftlab commits") && e.contains("1-of-3 0123abc-dirty-feed"),
         "{e}"
     );
+    trimmed_shards_merge(&sharded, &root.join("trimmed"));
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Shards trimmed to the budget (`slim --shard --keep updates.drift_expert_frac --without
+/// layers`) still merge and report: the kept column as it was, the update frame's other metric
+/// columns null, no layer rows; what may not be trimmed is refused by name.
+fn trimmed_shards_merge(sharded: &Path, d: &Path) {
+    use driftlab::report::slim::slim_shard_trimmed;
+    copy_dir(sharded, d);
+    let keep = [("updates".to_string(), "drift_expert_frac".to_string())];
+    for i in 0..3 {
+        let sh = Shard { index: i, count: 3 }.dir(d);
+        slim_shard_trimmed(&sh, &keep, &["layers".to_string()]).unwrap();
+        assert!(!sh.join("layers.parquet").exists());
+    }
+    merge(d).unwrap();
+    write_report(d).unwrap();
+    let full = read_parquet(&sharded.join("updates.parquet")).unwrap();
+    let trimmed = read_parquet(&d.join("updates.parquet")).unwrap();
+    assert!(
+        full.column("drift_expert_frac")
+            .unwrap()
+            .equals_missing(trimmed.column("drift_expert_frac").unwrap())
+    );
+    assert_eq!(trimmed.column("loss_total").unwrap().null_count(), trimmed.height());
+    assert_eq!(full.width(), trimmed.width(), "the schema stays whole");
+    let layers = d.join("layers.parquet");
+    assert!(!layers.exists() || read_parquet(&layers).unwrap().height() == 0);
+    let sh = Shard { index: 0, count: 3 }.dir(d);
+    let err = |keep: &[(String, String)], without: &[String]| {
+        format!("{:#}", slim_shard_trimmed(&sh, keep, without).unwrap_err())
+    };
+    let pair = |f: &str, c: &str| vec![(f.to_string(), c.to_string())];
+    assert!(err(&[], &["steps".into()]).contains("--without steps"));
+    assert!(err(&pair("updates", "seed"), &[]).contains("identifies rows"));
+    assert!(err(&pair("update", "x"), &[]).contains("no frame 'update'"));
+    assert!(err(&pair("updates", "nope"), &[]).contains("no column 'nope'"));
 }
 
 #[test]

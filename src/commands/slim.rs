@@ -2,7 +2,7 @@
 //! a results folder), recorded in config.json; `--shard` for a shard folder that `merge` will
 //! read later (every column kept, the config's cells grouped).
 
-use crate::report::slim::{slim, slim_dropping, slim_shard};
+use crate::report::slim::{slim, slim_dropping, slim_shard, slim_shard_trimmed};
 use anyhow::Result;
 use std::path::PathBuf;
 
@@ -18,18 +18,36 @@ pub struct SlimArgs {
     /// leaves out what needs them, and config.json records them
     #[arg(long, value_delimiter = ',', conflicts_with = "shard")]
     pub drop: Vec<String>,
+    /// With --shard: in each frame named here, keep these metric columns (FRAME.COLUMN,
+    /// comma-separated) and null the frame's other metric columns (the schema stays whole for
+    /// merge); for a study whose shards must fit the repository's budget
+    #[arg(long, value_delimiter = ',', requires = "shard")]
+    pub keep: Vec<String>,
+    /// With --shard: leave these frames out (of layers, lengths, prefixes; merge skips a
+    /// frame a shard lacks)
+    #[arg(long, value_delimiter = ',', requires = "shard")]
+    pub without: Vec<String>,
 }
 
-pub fn run(a: &SlimArgs) -> Result<()> {
-    let extra = a
-        .drop
+/// FRAME.COLUMN pairs of a flag.
+fn pairs(flag: &str, items: &[String]) -> Result<Vec<(String, String)>> {
+    items
         .iter()
         .map(|d| match d.split_once('.') {
             Some((f, c)) => Ok((f.to_string(), c.to_string())),
-            None => anyhow::bail!("--drop {d}: expected FRAME.COLUMN, e.g. steps.mismatch_kl_k3"),
+            None => {
+                anyhow::bail!("--{flag} {d}: expected FRAME.COLUMN, e.g. updates.drift_expert_frac")
+            }
         })
-        .collect::<Result<Vec<_>>>()?;
-    let (before, after) = if a.shard {
+        .collect()
+}
+
+pub fn run(a: &SlimArgs) -> Result<()> {
+    let extra = pairs("drop", &a.drop)?;
+    let keep = pairs("keep", &a.keep)?;
+    let (before, after) = if a.shard && (!keep.is_empty() || !a.without.is_empty()) {
+        slim_shard_trimmed(&a.dir, &keep, &a.without)?
+    } else if a.shard {
         slim_shard(&a.dir)?
     } else if extra.is_empty() {
         slim(&a.dir)?

@@ -61,6 +61,96 @@ pub fn slim_shard(dir: &Path) -> Result<(u64, u64)> {
     compact(dir, true, &[])
 }
 
+/// Frames a shard may leave out (`merge` skips a frame a shard lacks; the report draws without
+/// them what it can).
+pub const LEAVABLE: [&str; 3] = ["layers", "lengths", "prefixes"];
+
+/// [`slim_shard`] for a study whose shards must fit the repository's budget: in each frame
+/// named in `keep` (FRAME.COLUMN pairs), every metric column not named is nulled — the schema
+/// stays whole, as `merge` needs, and a null column costs almost nothing — and the frames in
+/// `without` (of [`LEAVABLE`]) are removed. Recorded in config.json under `shard_trim`
+/// (`{"nulled": {frame: [columns]}, "left_out": [frames]}`). An unknown frame or column, an
+/// identity column, or a frame that cannot be left out is an error naming it.
+pub fn slim_shard_trimmed(
+    dir: &Path,
+    keep: &[(String, String)],
+    without: &[String],
+) -> Result<(u64, u64)> {
+    for f in without {
+        anyhow::ensure!(
+            LEAVABLE.contains(&f.as_str()),
+            "--without {f}: a shard may leave out only {LEAVABLE:?} (merge needs the others)"
+        );
+    }
+    for (frame, _) in keep {
+        anyhow::ensure!(
+            schema::frames().iter().any(|s| s.name == frame),
+            "--keep {frame}: no frame '{frame}' (steps, updates, layers, lengths, prefixes, events)"
+        );
+    }
+    let mut nulled = Map::new();
+    for s in schema::frames() {
+        let named: Vec<&str> = (keep.iter())
+            .filter(|(f, _)| f == s.name)
+            .map(|(_, c)| c.as_str())
+            .collect();
+        for c in &named {
+            let col = s.columns().find(|x| x.name == *c).with_context(|| {
+                format!(
+                    "--keep {}.{c}: the {} frame has no column '{c}'",
+                    s.name, s.name
+                )
+            })?;
+            anyhow::ensure!(
+                matches!(col.dtype, schema::Dtype::Float),
+                "--keep {}.{c}: only metric (float) columns are kept or nulled; '{c}' identifies rows",
+                s.name
+            );
+        }
+        let path = dir.join(s.file_name());
+        if named.is_empty() || !path.exists() {
+            continue;
+        }
+        let mut df = read_parquet(&path)?;
+        let gone: Vec<&str> = (s.columns())
+            .filter(|c| matches!(c.dtype, schema::Dtype::Float) && !named.contains(&c.name))
+            .map(|c| c.name)
+            .filter(|c| df.column(c).is_ok())
+            .collect();
+        for c in &gone {
+            let n = df.height();
+            df.with_column(polars::prelude::Column::full_null(
+                (*c).into(),
+                n,
+                &polars::prelude::DataType::Float64,
+            ))?;
+        }
+        write_parquet_compact(&mut df, &path)?;
+        nulled.insert(
+            s.name.into(),
+            Value::from(gone.iter().map(|c| c.to_string()).collect::<Vec<_>>()),
+        );
+    }
+    for f in without {
+        let path = dir.join(format!("{f}.parquet"));
+        if path.exists() {
+            std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+        }
+    }
+    let out = compact(dir, true, &[])?;
+    let cfg_path = dir.join("config.json");
+    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&cfg_path)?)
+        .with_context(|| format!("reading {}", cfg_path.display()))?;
+    cfg.as_object_mut()
+        .context("config.json is not an object")?
+        .insert(
+            "shard_trim".into(),
+            serde_json::json!({ "nulled": nulled, "left_out": without }),
+        );
+    write_atomic(&cfg_path, &serde_json::to_vec(&cfg)?)?;
+    Ok(out)
+}
+
 fn compact(dir: &Path, keep_columns: bool, extra: &[(String, String)]) -> Result<(u64, u64)> {
     let (mut before, mut after) = (0, 0);
     let mut dropped = Map::new();
