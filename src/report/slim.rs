@@ -88,6 +88,10 @@ pub fn slim_shard_trimmed(
             "--keep {frame}: no frame '{frame}' (steps, updates, layers, lengths, prefixes, events)"
         );
     }
+    let before: u64 = (schema::frames().iter())
+        .filter_map(|s| std::fs::metadata(dir.join(s.file_name())).ok())
+        .map(|m| m.len())
+        .sum();
     let mut nulled = Map::new();
     for s in schema::frames() {
         let named: Vec<&str> = (keep.iter())
@@ -137,7 +141,7 @@ pub fn slim_shard_trimmed(
             std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
         }
     }
-    let out = compact(dir, true, &[])?;
+    let (_, after) = compact(dir, true, &[])?;
     let cfg_path = dir.join("config.json");
     let mut cfg: Value = serde_json::from_slice(&std::fs::read(&cfg_path)?)
         .with_context(|| format!("reading {}", cfg_path.display()))?;
@@ -148,7 +152,7 @@ pub fn slim_shard_trimmed(
             serde_json::json!({ "nulled": nulled, "left_out": without }),
         );
     write_atomic(&cfg_path, &serde_json::to_vec(&cfg)?)?;
-    Ok(out)
+    Ok((before, after))
 }
 
 fn compact(dir: &Path, keep_columns: bool, extra: &[(String, String)]) -> Result<(u64, u64)> {
