@@ -13,7 +13,7 @@
 //! once per generation. No trace, no load-balancing or z-loss terms: what a generation needs.
 
 use super::config::{ModelConfig, RouterKind};
-use super::moe::{LayerRouting, active_mask, router_scores, silu_mul, swiglu};
+use super::moe::{LayerRouting, active_mask, router_logits, router_scores, silu_mul, swiglu};
 use super::weights::MoeWeights;
 use crate::util::tensors::floats;
 use burn::tensor::{Int, Tensor};
@@ -71,13 +71,7 @@ pub fn moe_forward_on_device(
     let [t, d] = x.dims();
     let (e_n, k) = (cfg.n_experts, cfg.top_k);
     let device = x.device();
-    let mut logits = x.clone().matmul(w.router.clone()); // [T, E]
-    if let Some(off) = routing.logit_offset.clone() {
-        logits = logits + off;
-    }
-    if routing.round_logits {
-        logits = crate::util::bf16::round_bf16(logits);
-    }
+    let logits = router_logits(w, &x, routing);
     let (gate_src, probs) = router_scores(cfg, logits.clone());
     let shifted = || {
         (routing.choice_offset.as_ref())
@@ -98,10 +92,7 @@ pub fn moe_forward_on_device(
     }
     let mask = active_mask(active, &device);
     let gates = gates * mask.clone(); // [T, E]
-    let stack = |f: fn(&super::weights::SwiGlu) -> &Tensor<2>| {
-        Tensor::stack::<3>(w.experts.iter().map(|e| f(e).clone()).collect(), 0)
-    };
-    let (w1, w3, w2) = (stack(|e| &e.w1), stack(|e| &e.w3), stack(|e| &e.w2));
+    let [w1, w3, w2] = super::expert_groups::stacked(w);
     let d_ff = w1.dims()[2];
     let xs = x.clone().reshape([1, t, d]).expand([e_n, t, d]);
     let a1 = xs.clone().matmul(w1).reshape([e_n * t, d_ff]);

@@ -10,6 +10,14 @@ use super::weights::MoeWeights;
 use crate::util::tensors::ints;
 use burn::tensor::{Device, IndexingUpdateOp, Tensor};
 
+/// The experts' SwiGLU weights stacked, `[experts, in, out]`: w1, w3 and w2.
+pub(super) fn stacked(w: &MoeWeights) -> [Tensor<3>; 3] {
+    let stack = |f: fn(&super::weights::SwiGlu) -> &Tensor<2>| {
+        Tensor::stack::<3>(w.experts.iter().map(|e| f(e).clone()).collect(), 0)
+    };
+    [stack(|e| &e.w1), stack(|e| &e.w3), stack(|e| &e.w2)]
+}
+
 /// Token and gate-slot indices of the padded groups, `[experts · capacity]` each, and the
 /// capacity: expert e's rows are `e · capacity ..`, its tokens in order, then padding (token 0,
 /// and the gate slot `pad_slot`, one past the real ones, which holds a zero gate).
@@ -49,10 +57,7 @@ pub(super) fn padded_group_products(
     let tok_idx = ints(&toks, [rows], device);
     let xg = x.select(0, tok_idx.clone()).reshape([e_n, cap, d]);
     let gg = gates.select(0, ints(&slots, [rows], device)); // [E·cap, 1]
-    let stack = |f: fn(&super::weights::SwiGlu) -> &Tensor<2>| {
-        Tensor::stack::<3>(w.experts.iter().map(|e| f(e).clone()).collect(), 0)
-    };
-    let (w1, w3, w2) = (stack(|e| &e.w1), stack(|e| &e.w3), stack(|e| &e.w2));
+    let [w1, w3, w2] = stacked(w);
     let d_ff = w1.dims()[2];
     let a1 = xg.clone().matmul(w1).reshape([rows, d_ff]);
     let a3 = xg.matmul(w3).reshape([rows, d_ff]);

@@ -148,13 +148,7 @@ fn route(w: &MoeWeights, cfg: &ModelConfig, x: &Tensor<2>, routing: &LayerRoutin
     let [t, _d] = x.dims();
     let (e_n, k) = (cfg.n_experts, cfg.top_k);
     let input = routing.want_input.then(|| to_vec(x.clone().inner()));
-    let mut logits = x.clone().matmul(w.router.clone()); // [T, E]
-    if let Some(off) = routing.logit_offset.clone() {
-        logits = logits + off;
-    }
-    if routing.round_logits {
-        logits = crate::util::bf16::round_bf16(logits);
-    }
+    let logits = router_logits(w, x, routing);
     let (gate_src, probs) = router_scores(cfg, logits.clone());
     let probs_host = to_vec(probs.clone().inner());
     let native = native_choice(w, cfg, &logits, &gate_src, &probs_host, routing);
@@ -231,6 +225,23 @@ pub fn moe_forward(
         load,
         z_loss,
     }
+}
+
+/// A layer's router logits on `x` `[T, d_model]`, `[T, E]`: plus the routing's offset, rounded
+/// to bf16 where it asks.
+pub(super) fn router_logits(
+    w: &MoeWeights,
+    x: &Tensor<2>,
+    routing: &LayerRouting<'_>,
+) -> Tensor<2> {
+    let mut logits = x.clone().matmul(w.router.clone());
+    if let Some(off) = routing.logit_offset.clone() {
+        logits = logits + off;
+    }
+    if routing.round_logits {
+        logits = crate::util::bf16::round_bf16(logits);
+    }
+    logits
 }
 
 /// What the gates are gathered from and the router distribution `[T, E]` of a layer: the
