@@ -203,7 +203,10 @@ fn trimmed_shards_merge(sharded: &Path, d: &Path) {
             .unwrap()
             .equals_missing(trimmed.column("drift_expert_frac").unwrap())
     );
-    assert_eq!(trimmed.column("loss_total").unwrap().null_count(), trimmed.height());
+    assert_eq!(
+        trimmed.column("loss_total").unwrap().null_count(),
+        trimmed.height()
+    );
     assert_eq!(full.width(), trimmed.width(), "the schema stays whole");
     let layers = d.join("layers.parquet");
     assert!(!layers.exists() || read_parquet(&layers).unwrap().height() == 0);
