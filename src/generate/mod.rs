@@ -7,9 +7,11 @@ use rand::RngExt;
 use rand::rngs::Xoshiro256PlusPlus;
 
 mod device_pick;
+mod route_log;
 mod shards;
 pub use device_pick::{Sampler, pick_on_device};
-use shards::{Logits, OnDevice, RouteLog, Shards, long_inner};
+use route_log::{OnDevice, RouteLog};
+use shards::{Logits, Shards, long_inner};
 
 /// How to pick each next token.
 #[derive(Clone, Copy, Debug, PartialEq)]
