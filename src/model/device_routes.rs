@@ -31,10 +31,12 @@ pub fn ranks(scores: Tensor<2>) -> Tensor<2, Int> {
     let device = scores.device();
     let mine = scores.clone().reshape([t, e, 1]).expand([t, e, e]);
     let other = scores.reshape([t, 1, e]).expand([t, e, e]);
-    let lower: Vec<f32> = (0..e * e)
-        .map(|i| if i % e < i / e { 1.0 } else { 0.0 })
-        .collect();
-    let lower = floats(lower, [1, e, e], &device).expand([t, e, e]).bool();
+    // [1, e, e]: whether the other expert's id (last axis) is below this one's (middle axis);
+    // made on the device, no upload per layer and step.
+    let id = Tensor::<1, Int>::arange(0..e as i64, &device);
+    let lower = (id.clone().reshape([1, 1, e]).expand([1, e, e]))
+        .lower(id.reshape([1, e, 1]).expand([1, e, e]))
+        .expand([t, e, e]);
     let beats = other.clone().greater(mine.clone()).int();
     let ties_below = other.equal(mine).bool_and(lower).int();
     (beats + ties_below).sum_dim(2).reshape([t, e])
