@@ -37,21 +37,28 @@ pub fn slim(dir: &Path) -> Result<(u64, u64)> {
 /// naming it.
 pub fn slim_dropping(dir: &Path, extra: &[(String, String)]) -> Result<(u64, u64)> {
     for (frame, column) in extra {
-        let s = schema::frames()
-            .into_iter()
-            .find(|s| s.name == frame)
-            .with_context(|| {
-                format!("--drop {frame}.{column}: no frame '{frame}' (steps, updates, layers, lengths, prefixes, events)")
-            })?;
-        let c = s.columns().find(|c| c.name == column).with_context(|| {
-            format!("--drop {frame}.{column}: the {frame} frame has no column '{column}'")
-        })?;
-        anyhow::ensure!(
-            matches!(c.dtype, schema::Dtype::Float),
-            "--drop {frame}.{column}: only metric (float) columns may be dropped; '{column}' identifies rows"
-        );
+        metric_column("--drop", frame, column, "may be dropped")?;
     }
     compact(dir, false, extra)
+}
+
+/// Check that FRAME.COLUMN of a `flag` names a metric (float) column of the schema; the error
+/// names the culprit ("only metric (float) columns {what}" for an identity column).
+fn metric_column(flag: &str, frame: &str, column: &str, what: &str) -> Result<()> {
+    let s = schema::frames()
+        .into_iter()
+        .find(|s| s.name == frame)
+        .with_context(|| {
+            format!("{flag} {frame}.{column}: no frame '{frame}' (steps, updates, layers, lengths, prefixes, events)")
+        })?;
+    let c = s.columns().find(|c| c.name == column).with_context(|| {
+        format!("{flag} {frame}.{column}: the {frame} frame has no column '{column}'")
+    })?;
+    anyhow::ensure!(
+        matches!(c.dtype, schema::Dtype::Float),
+        "{flag} {frame}.{column}: only metric (float) columns {what}; '{column}' identifies rows"
+    );
+    Ok(())
 }
 
 /// The committed form of a shard folder that `driftlab merge` will read in a later session:
@@ -82,11 +89,8 @@ pub fn slim_shard_trimmed(
             "--without {f}: a shard may leave out only {LEAVABLE:?} (merge needs the others)"
         );
     }
-    for (frame, _) in keep {
-        anyhow::ensure!(
-            schema::frames().iter().any(|s| s.name == frame),
-            "--keep {frame}: no frame '{frame}' (steps, updates, layers, lengths, prefixes, events)"
-        );
+    for (frame, column) in keep {
+        metric_column("--keep", frame, column, "are kept or nulled")?;
     }
     let before: u64 = (schema::frames().iter())
         .filter_map(|s| std::fs::metadata(dir.join(s.file_name())).ok())
@@ -98,19 +102,6 @@ pub fn slim_shard_trimmed(
             .filter(|(f, _)| f == s.name)
             .map(|(_, c)| c.as_str())
             .collect();
-        for c in &named {
-            let col = s.columns().find(|x| x.name == *c).with_context(|| {
-                format!(
-                    "--keep {}.{c}: the {} frame has no column '{c}'",
-                    s.name, s.name
-                )
-            })?;
-            anyhow::ensure!(
-                matches!(col.dtype, schema::Dtype::Float),
-                "--keep {}.{c}: only metric (float) columns are kept or nulled; '{c}' identifies rows",
-                s.name
-            );
-        }
         let path = dir.join(s.file_name());
         if named.is_empty() || !path.exists() {
             continue;
