@@ -778,3 +778,45 @@ fn the_cycle_checker_reports_a_hand_built_cycle() {
     // a/x.rs -> c.rs is an edge but on no cycle.
     assert!(g["src/a/x.rs"].contains_key("src/c.rs"));
 }
+
+/// A column the schema marks unread (in every frame that has it) is one `driftlab slim` drops
+/// from a committed folder; a report that names it as a string literal would then print
+/// nothing for it. So no quoted column name of that kind may appear in `src/report/` outside
+/// the slimmer itself.
+#[test]
+fn the_report_reads_no_column_the_schema_marks_unread() {
+    use driftlab::metrics::schema::frames;
+    let mut read = BTreeSet::new();
+    let mut unread = BTreeSet::new();
+    for f in frames() {
+        for c in f.columns() {
+            if c.report_reads {
+                read.insert(c.name);
+            } else {
+                unread.insert(c.name);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    rust_files(Path::new("src/report"), &mut files);
+    let mut bad = Vec::new();
+    for p in files.iter().filter(|p| !p.ends_with("slim.rs")) {
+        let text = std::fs::read_to_string(p).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            for name in unread.difference(&read) {
+                if line.contains(&format!("\"{name}\"")) {
+                    bad.push(format!("{}:{}: \"{name}\"", p.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "the report reads columns the schema marks unread (mark them read in \
+         src/metrics/schema/columns.rs, or `driftlab slim` drops them):\n{}",
+        bad.join("\n")
+    );
+}

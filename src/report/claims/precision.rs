@@ -105,9 +105,11 @@ pub(super) fn precision_line(md: &mut String, r: &Regime) -> Result<()> {
         .iter()
         .map(|(a, _)| {
             format!(
-                "`{}`: engine router vs f64 {} of expert choices, near-tie flips {}, collapsed cells {}",
+                "`{}`: engine router vs f64 {} of expert choices, near-tie tokens {}, \
+                 near-tie flips {}, collapsed cells {}",
                 a.name,
                 pct(step_mean(r, &a.name, "router_disagree_frac")),
+                pct(step_mean(r, &a.name, "router_bf16_tie_frac")),
                 pct(step_mean(r, &a.name, "router_bf16_tie_flip_frac")),
                 collapses(a)
             )
