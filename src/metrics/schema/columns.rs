@@ -55,15 +55,18 @@ pub static STEPS: FrameSchema = FrameSchema {
             "mismatch_token_frac",
             "share of rollout tokens whose expert set differs from π_old's in at least one layer: the R3 paper's share of tokens (null for dense)",
         ),
+        // The rest of the mismatch suite: for readers of the frames; no report reads them.
         f(
             "mismatch_abs_logp",
             "mean over tokens of |ln ρ| (ρ as in mismatch_kl_k3)",
-        ),
-        f("mismatch_sq_logp", "mean over tokens of (ln ρ)²"),
+        )
+        .unread(),
+        f("mismatch_sq_logp", "mean over tokens of (ln ρ)²").unread(),
         f(
             "mismatch_beyond5_frac",
             "share of tokens with max(ρ, 1/ρ) > 5",
-        ),
+        )
+        .unread(),
         f(
             "load_max_violation",
             "max over layers of max_e load_e / uniform − 1 (null for dense)",

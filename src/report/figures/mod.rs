@@ -245,13 +245,15 @@ fn plots_in(dir: &Path, r: &Regime, eps: &[&Endpoint], named: bool) -> Result<Ve
 /// `plots/<regime>/<name>.png|svg`. Returns (regime, folder relative to `dir`, the plots made)
 /// per folder.
 ///
-/// A run that declares claim (o) draws none: its regimes are the points of one fit (a few
-/// updates of one arm each), drawn together under `plots/scale/`, and a training-curve set per
-/// configuration would add a dozen figures each that show nothing about the claim.
+/// A run that declares claim (o) or (s) draws none: its regimes are the points of one fit (a
+/// few updates of one arm each), drawn together under `plots/scale/` or `plots/sweep/`, and a
+/// training-curve set per configuration would add a dozen figures each that show nothing about
+/// the claim.
 pub fn make_plots(dir: &Path, regs: &[Regime], eps: &[Endpoint]) -> Result<Vec<RegimePlots>> {
+    use crate::experiment::Claim::{ScaleDrift, WidthDrift};
     if regs
         .first()
-        .is_some_and(|r| r.claims.contains(&crate::experiment::Claim::ScaleDrift))
+        .is_some_and(|r| r.claims.iter().any(|c| matches!(c, ScaleDrift | WidthDrift)))
     {
         return Ok(Vec::new());
     }

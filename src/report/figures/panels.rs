@@ -263,15 +263,26 @@ pub(super) fn mechanism(f: &RunFrames, multi: bool, same: &[Vec<String>]) -> Res
         true,
         false,
     )?;
+    // (panel, its name in the title)
+    let all = [
+        (drift, "drift"),
+        (panel(&f.updates, "ratio_tok_max", "largest token ratio", true, false)?, "ratio max"),
+        (panel(&f.updates, "ratio_tok_var", "token-ratio variance", true, false)?, "ratio variance"),
+        (panel(&f.updates, "clip_frac_tok", "clipped-token fraction", true, false)?, "clipping"),
+        (panel(&f.steps, "reward_mean", "reward (EMA 0.9)", false, true)?, "reward"),
+    ];
+    // A metric the folder's frames do not hold (a trimmed shard's nulls, a dense run's drift)
+    // gets no empty panel, and the title names only what is drawn.
+    let (panels, names): (Vec<LineChart>, Vec<&str>) = all
+        .into_iter()
+        .filter(|(c, _)| c.series.iter().any(|s| !s.points.is_empty()))
+        .unzip();
     Ok(Stack {
-        title: "Mechanism: drift per update → token-ratio extremes and spread → clipping → reward (mean over seeds, 95% band)".into(),
-        panels: vec![
-            drift,
-            panel(&f.updates, "ratio_tok_max", "largest token ratio", true, false)?,
-            panel(&f.updates, "ratio_tok_var", "token-ratio variance", true, false)?,
-            panel(&f.updates, "clip_frac_tok", "clipped-token fraction", true, false)?,
-            panel(&f.steps, "reward_mean", "reward (EMA 0.9)", false, true)?,
-        ],
+        title: format!(
+            "Mechanism: {} (seed mean, 95% band)",
+            names.join(" → ")
+        ),
+        panels,
     })
 }
 
