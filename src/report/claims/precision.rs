@@ -118,7 +118,9 @@ pub(super) fn precision_line(md: &mut String, r: &Regime) -> Result<()> {
     let against = r
         .control
         .as_ref()
-        .map_or(" (no control of its own)".to_string(), |c| format!(" against `{c}`"));
+        .map_or(" (no control of its own)".to_string(), |c| {
+            format!(" against `{c}`")
+        });
     let route = r
         .arms
         .grpo(RoutingMode::Native)

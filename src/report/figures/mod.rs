@@ -251,10 +251,11 @@ fn plots_in(dir: &Path, r: &Regime, eps: &[&Endpoint], named: bool) -> Result<Ve
 /// the claim.
 pub fn make_plots(dir: &Path, regs: &[Regime], eps: &[Endpoint]) -> Result<Vec<RegimePlots>> {
     use crate::experiment::Claim::{ScaleDrift, WidthDrift};
-    if regs
-        .first()
-        .is_some_and(|r| r.claims.iter().any(|c| matches!(c, ScaleDrift | WidthDrift)))
-    {
+    if regs.first().is_some_and(|r| {
+        r.claims
+            .iter()
+            .any(|c| matches!(c, ScaleDrift | WidthDrift))
+    }) {
         return Ok(Vec::new());
     }
     let mine = |r: &str| eps.iter().filter(|e| e.regime == r).collect::<Vec<_>>();

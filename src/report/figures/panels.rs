@@ -266,10 +266,40 @@ pub(super) fn mechanism(f: &RunFrames, multi: bool, same: &[Vec<String>]) -> Res
     // (panel, its name in the title)
     let all = [
         (drift, "drift"),
-        (panel(&f.updates, "ratio_tok_max", "largest token ratio", true, false)?, "ratio max"),
-        (panel(&f.updates, "ratio_tok_var", "token-ratio variance", true, false)?, "ratio variance"),
-        (panel(&f.updates, "clip_frac_tok", "clipped-token fraction", true, false)?, "clipping"),
-        (panel(&f.steps, "reward_mean", "reward (EMA 0.9)", false, true)?, "reward"),
+        (
+            panel(
+                &f.updates,
+                "ratio_tok_max",
+                "largest token ratio",
+                true,
+                false,
+            )?,
+            "ratio max",
+        ),
+        (
+            panel(
+                &f.updates,
+                "ratio_tok_var",
+                "token-ratio variance",
+                true,
+                false,
+            )?,
+            "ratio variance",
+        ),
+        (
+            panel(
+                &f.updates,
+                "clip_frac_tok",
+                "clipped-token fraction",
+                true,
+                false,
+            )?,
+            "clipping",
+        ),
+        (
+            panel(&f.steps, "reward_mean", "reward (EMA 0.9)", false, true)?,
+            "reward",
+        ),
     ];
     // A metric the folder's frames do not hold (a trimmed shard's nulls, a dense run's drift)
     // gets no empty panel, and the title names only what is drawn.
@@ -278,10 +308,7 @@ pub(super) fn mechanism(f: &RunFrames, multi: bool, same: &[Vec<String>]) -> Res
         .filter(|(c, _)| c.series.iter().any(|s| !s.points.is_empty()))
         .unzip();
     Ok(Stack {
-        title: format!(
-            "Mechanism: {} (seed mean, 95% band)",
-            names.join(" → ")
-        ),
+        title: format!("Mechanism: {} (seed mean, 95% band)", names.join(" → ")),
         panels,
     })
 }
