@@ -256,57 +256,59 @@ pub(super) fn mechanism(f: &RunFrames, multi: bool, same: &[Vec<String>]) -> Res
             chart.refs = refs;
             Ok(chart)
         };
-    let drift = panel(
-        &f.updates,
-        "drift_expert_frac",
-        "drift per update",
-        true,
-        false,
-    )?;
-    // (panel, its name in the title)
-    let all = [
-        (drift, "drift"),
+    // (frame, column, y label, log axis, smoothed, name in the title), top to bottom.
+    let chain = [
         (
-            panel(
-                &f.updates,
-                "ratio_tok_max",
-                "largest token ratio",
-                true,
-                false,
-            )?,
+            &f.updates,
+            "drift_expert_frac",
+            "drift per update",
+            true,
+            false,
+            "drift",
+        ),
+        (
+            &f.updates,
+            "ratio_tok_max",
+            "largest token ratio",
+            true,
+            false,
             "ratio max",
         ),
         (
-            panel(
-                &f.updates,
-                "ratio_tok_var",
-                "token-ratio variance",
-                true,
-                false,
-            )?,
+            &f.updates,
+            "ratio_tok_var",
+            "token-ratio variance",
+            true,
+            false,
             "ratio variance",
         ),
         (
-            panel(
-                &f.updates,
-                "clip_frac_tok",
-                "clipped-token fraction",
-                true,
-                false,
-            )?,
+            &f.updates,
+            "clip_frac_tok",
+            "clipped-token fraction",
+            true,
+            false,
             "clipping",
         ),
         (
-            panel(&f.steps, "reward_mean", "reward (EMA 0.9)", false, true)?,
+            &f.steps,
+            "reward_mean",
+            "reward (EMA 0.9)",
+            false,
+            true,
             "reward",
         ),
     ];
     // A metric the folder's frames do not hold (a trimmed shard's nulls, a dense run's drift)
     // gets no empty panel, and the title names only what is drawn.
-    let (panels, names): (Vec<LineChart>, Vec<&str>) = all
-        .into_iter()
-        .filter(|(c, _)| c.series.iter().any(|s| !s.points.is_empty()))
-        .unzip();
+    let (mut panels, mut names) = (Vec::new(), Vec::new());
+    for (df, column, y, log, smooth, name) in chain {
+        let c = panel(df, column, y, log, smooth)?;
+        if c.series.iter().any(|s| !s.points.is_empty()) {
+            panels.push(c);
+            names.push(name);
+        }
+    }
     Ok(Stack {
         title: format!("Mechanism: {} (seed mean, 95% band)", names.join(" → ")),
         panels,
