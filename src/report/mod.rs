@@ -79,7 +79,7 @@ pub fn write_report_with(dir: &Path, opts: ReportOptions) -> Result<Vec<ArmSumma
     summary::write_summary_files(dir, &sums)?;
     let regs = findings::regimes_of(&f, &info)?;
     let eps = findings::endpoints(&regs)?;
-    crate::util::io::write_json(&dir.join("endpoints.json"), &eps)?;
+    crate::util::io::write_json_lines(&dir.join("endpoints.json"), &eps)?;
     // Every figure is remade from the frames: clear the old ones first, so that a figure the
     // report no longer makes does not linger beside the new ones.
     let plot_dir = dir.join("plots");

@@ -6,7 +6,7 @@ use super::metric::{METRICS, MetricMeans, Source, columns};
 use super::stats::{MeanCi, mean_ci};
 use crate::metrics::collapse::EventKind;
 use crate::metrics::frames::{f64_col, i64_col, str_col};
-use crate::util::io::{write_csv, write_json};
+use crate::util::io::{write_csv, write_json_lines};
 use anyhow::Result;
 use polars::prelude::*;
 use serde::Serialize;
@@ -429,5 +429,5 @@ pub fn write_summary_files(dir: &Path, sums: &[ArmSummary]) -> Result<()> {
     cols.extend(events);
     let mut df = DataFrame::new(sums.len(), cols)?;
     write_csv(&mut df, &dir.join("summary.csv"))?;
-    write_json(&dir.join("summary.json"), sums)
+    write_json_lines(&dir.join("summary.json"), sums)
 }

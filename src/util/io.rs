@@ -51,6 +51,16 @@ pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
     write_atomic(path, serde_json::to_string_pretty(value)?.as_bytes())
 }
 
+/// Write `value` as JSON with one value per line and no indentation, atomically: the form of
+/// a report's `summary.json` and `endpoints.json`, a third smaller than pretty JSON (about
+/// 0.75 MB over the committed folders) and still diffed line by line.
+pub fn write_json_lines<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
+    let mut bytes = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"");
+    value.serialize(&mut serde_json::Serializer::with_formatter(&mut bytes, fmt))?;
+    write_atomic(path, &bytes)
+}
+
 /// Write `df` as Parquet, atomically.
 pub fn write_parquet(df: &mut DataFrame, path: &Path) -> Result<()> {
     write_parquet_with(df, path, ParquetCompression::default())

@@ -9,6 +9,7 @@ mod leaderboard;
 mod line;
 mod map;
 mod stack;
+mod svg;
 
 pub(crate) use axis::{YAxis, log_label, si_label, y_axis};
 pub use bar::{Bar, BarChart};
@@ -255,6 +256,7 @@ pub trait Chart {
                 )
             } else {
                 present(self, SVGBackend::new(&tmp, self.size()).into_drawing_area())
+                    .and_then(|()| compact_svg(&tmp))
             };
             // Each backend is dropped (and has written what it would) inside `present`.
             let done = drawn.and_then(|()| Ok(std::fs::rename(&tmp, &path)?));
@@ -265,6 +267,12 @@ pub trait Chart {
         }
         Ok(())
     }
+}
+
+/// Rewrite the SVG file at `path` in its committed, smaller form (`svg::compact`).
+fn compact_svg(path: &Path) -> Result<()> {
+    let drawn = std::fs::read_to_string(path)?;
+    Ok(std::fs::write(path, svg::compact(&drawn))?)
 }
 
 /// Draw `chart` on `root` and write the file once, after every panel is drawn: the SVG backend
