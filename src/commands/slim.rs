@@ -2,7 +2,9 @@
 //! a results folder), recorded in config.json; `--shard` for a shard folder that `merge` will
 //! read later (every column kept, the config's cells grouped).
 
-use crate::report::slim::{slim, slim_dropping, slim_shard, slim_shard_trimmed};
+use crate::report::slim::{
+    record_plots_kept, slim, slim_dropping, slim_shard, slim_shard_trimmed,
+};
 use anyhow::Result;
 use std::path::PathBuf;
 
@@ -27,6 +29,11 @@ pub struct SlimArgs {
     /// frame a shard lacks)
     #[arg(long, value_delimiter = ',', requires = "shard")]
     pub without: Vec<String>,
+    /// The figure folders under plots/ (e.g. map, or a regime's name; `none` for none) that
+    /// the committed folder keeps, recorded in config.json: the report links only these and
+    /// names the others' figures as drawn by `driftlab report`
+    #[arg(long, value_delimiter = ',', conflicts_with = "shard")]
+    pub plots_kept: Option<Vec<String>>,
 }
 
 /// FRAME.COLUMN pairs of a flag.
@@ -45,6 +52,12 @@ fn pairs(flag: &str, items: &[String]) -> Result<Vec<(String, String)>> {
 pub fn run(a: &SlimArgs) -> Result<()> {
     let extra = pairs("drop", &a.drop)?;
     let keep = pairs("keep", &a.keep)?;
+    // Recorded first (a misspelt folder fails before any frame is rewritten); slimming keeps
+    // config.json's other records.
+    if let Some(kept) = &a.plots_kept {
+        let kept: Vec<String> = kept.iter().filter(|k| *k != "none").cloned().collect();
+        record_plots_kept(&a.dir, &kept)?;
+    }
     let (before, after) = if a.shard && (!keep.is_empty() || !a.without.is_empty()) {
         slim_shard_trimmed(&a.dir, &keep, &a.without)?
     } else if a.shard {

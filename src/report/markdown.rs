@@ -157,33 +157,38 @@ pub fn report(
     md.push_str(&findings_md(regs, eps)?);
     writeln!(md)?;
     writeln!(md, "## Plots\n")?;
+    let kept = |folder: &str| {
+        info.plots_kept.as_ref().is_none_or(|k| {
+            let sub = folder.strip_prefix("plots/").unwrap_or(folder);
+            k.iter().any(|x| x == sub)
+        })
+    };
     if let Some(folder) = &plots.map {
         writeln!(md, "### Stability map\n")?;
-        for p in super::figures::MAP_PLOTS {
-            writeln!(md, "![{p}]({folder}/{p}.svg)\n")?;
-        }
+        figure_links(&mut md, folder, super::figures::MAP_PLOTS, kept(folder))?;
     }
     if let Some((folder, axis)) = &plots.sweep {
         writeln!(md, "### Along the sweep axis `{axis}`\n")?;
-        for p in super::figures::SWEEP_PLOTS {
-            writeln!(md, "![{p}]({folder}/{p}.svg)\n")?;
-        }
+        let mut names = super::figures::SWEEP_PLOTS.to_vec();
         if regs
             .first()
             .is_some_and(|r| r.claims.contains(&crate::experiment::Claim::DepthDrift))
         {
-            writeln!(md, "![drift_fit]({folder}/drift_fit.svg)\n")?;
+            names.push("drift_fit");
         }
+        figure_links(&mut md, folder, &names, kept(folder))?;
     }
     if let Some(folder) = &plots.scale {
         writeln!(md, "### What sets drift per update\n")?;
-        for p in super::figures::SCALE_PLOTS {
-            writeln!(md, "![{p}]({folder}/{p}.svg)\n")?;
-        }
+        figure_links(&mut md, folder, super::figures::SCALE_PLOTS, kept(folder))?;
     }
     for (regime, folder, made) in plot_dirs {
         if plot_dirs.len() > 1 {
             writeln!(md, "### Regime `{regime}`\n")?;
+        }
+        if !kept(folder) {
+            figure_links(&mut md, folder, made, false)?;
+            continue;
         }
         for p in made {
             writeln!(md, "![{p}]({folder}/{p}.svg)\n")?;
@@ -196,4 +201,22 @@ pub fn report(
         }
     }
     Ok(md)
+}
+
+/// The figures `names` of `folder`: linked where the committed folder keeps them, else named
+/// in one line (config.json's `plots_kept` leaves the folder out for the repository's size;
+/// `driftlab report` draws them from the committed frames).
+fn figure_links(md: &mut String, folder: &str, names: &[&str], kept: bool) -> Result<()> {
+    if kept {
+        for p in names {
+            writeln!(md, "![{p}]({folder}/{p}.svg)\n")?;
+        }
+    } else {
+        writeln!(
+            md,
+            "Not committed, for the repository's size: {}. `driftlab report` on this folder draws them into `{folder}/` from the committed frames.\n",
+            names.join(", ")
+        )?;
+    }
+    Ok(())
 }

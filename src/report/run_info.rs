@@ -47,6 +47,10 @@ pub struct RunInfo {
     /// written where a folder's frame keeps only some arms' rows to fit the repository; the
     /// other arms' cells are then absent from that frame by design, not by a failed write).
     pub rows_kept: std::collections::BTreeMap<String, Vec<String>>,
+    /// The figure folders under `plots/` the committed form keeps (config.json's `plots_kept`,
+    /// written by `slim --plots-kept`); `None`: all of them. The report links only these and
+    /// names the others' figures as drawn by `driftlab report`.
+    pub plots_kept: Option<Vec<String>>,
     /// The canonical indices in `cells` of the cells this folder ran (config.json's `ran`: a
     /// shard's own; every cell in a whole or merged run); `None` when not recorded.
     pub ran: Option<Vec<usize>>,
@@ -69,6 +73,7 @@ impl Default for RunInfo {
             compute_target: Default::default(),
             slimmed: Default::default(),
             rows_kept: Default::default(),
+            plots_kept: None,
             ran: None,
             git_commit: None,
             found: false,
@@ -119,6 +124,7 @@ impl RunInfo {
         };
         let slimmed = record(&v, "slim", &path)?.unwrap_or_default();
         let rows_kept = record(&v, "rows_kept", &path)?.unwrap_or_default();
+        let plots_kept = record(&v, "plots_kept", &path)?;
         let ran = record(&v, "ran", &path)?;
         let git_commit = v
             .get("git_commit")
@@ -129,6 +135,7 @@ impl RunInfo {
                 cells,
                 slimmed,
                 rows_kept,
+                plots_kept,
                 ran,
                 git_commit,
                 found: true,
@@ -150,6 +157,7 @@ impl RunInfo {
             arms: spec.arms,
             slimmed,
             rows_kept,
+            plots_kept,
             ran,
             git_commit,
             found: true,

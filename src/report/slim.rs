@@ -217,3 +217,25 @@ fn compact(dir: &Path, keep_columns: bool, extra: &[(String, String)]) -> Result
     write_atomic(&cfg_path, &serde_json::to_vec(&cfg)?)?;
     Ok((before, after))
 }
+
+/// Record in `dir/config.json` which figure folders under `plots/` the committed folder keeps
+/// (`plots_kept`): each must exist there, so a misspelt name fails here and not as a report
+/// that names every figure as missing.
+pub fn record_plots_kept(dir: &Path, kept: &[String]) -> Result<()> {
+    for k in kept {
+        anyhow::ensure!(
+            dir.join("plots").join(k).is_dir(),
+            "--plots-kept {k}: {} has no such folder",
+            dir.join("plots").display()
+        );
+    }
+    let cfg_path = dir.join("config.json");
+    let mut cfg: Value = serde_json::from_slice(
+        &std::fs::read(&cfg_path).with_context(|| format!("reading {}", cfg_path.display()))?,
+    )
+    .with_context(|| format!("reading {}", cfg_path.display()))?;
+    cfg.as_object_mut()
+        .context("config.json is not an object")?
+        .insert("plots_kept".into(), Value::from(kept.to_vec()));
+    write_atomic(&cfg_path, &serde_json::to_vec(&cfg)?)
+}
