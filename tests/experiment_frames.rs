@@ -833,13 +833,19 @@ fn a_slim_folder_reports_the_same_files() {
     // `--plots-kept`: a folder that keeps none of its figures names them instead of linking
     // them; a folder not under plots/ is refused before anything is recorded.
     use driftlab::report::slim::record_plots_kept;
-    let e = format!("{:#}", record_plots_kept(&slim, &["nope".into()]).unwrap_err());
+    let e = format!(
+        "{:#}",
+        record_plots_kept(&slim, &["nope".into()]).unwrap_err()
+    );
     assert!(e.contains("--plots-kept nope"), "{e}");
     record_plots_kept(&slim, &[]).unwrap();
     write_report(&slim).unwrap();
     let md = std::fs::read_to_string(slim.join("report.md")).unwrap();
     assert!(!md.contains("](plots/"), "{md}");
-    assert!(md.contains("Not committed, for the repository's size: forest, reward"), "{md}");
+    assert!(
+        md.contains("Not committed, for the repository's size: forest, reward"),
+        "{md}"
+    );
     let _ = std::fs::remove_dir_all(&o.out);
     let _ = std::fs::remove_dir_all(&slim);
 }

@@ -2,9 +2,7 @@
 //! a results folder), recorded in config.json; `--shard` for a shard folder that `merge` will
 //! read later (every column kept, the config's cells grouped).
 
-use crate::report::slim::{
-    record_plots_kept, slim, slim_dropping, slim_shard, slim_shard_trimmed,
-};
+use crate::report::slim::{record_plots_kept, slim, slim_dropping, slim_shard, slim_shard_trimmed};
 use anyhow::Result;
 use std::path::PathBuf;
 
