@@ -838,6 +838,19 @@ fn a_slim_folder_reports_the_same_files() {
         record_plots_kept(&slim, &["nope".into()]).unwrap_err()
     );
     assert!(e.contains("--plots-kept nope"), "{e}");
+    let before = std::fs::read(slim.join("config.json")).unwrap();
+    for bad in ["..", "/tmp", "a/b"] {
+        assert!(record_plots_kept(&slim, &[bad.into()]).is_err(), "{bad}");
+    }
+    assert!(before == std::fs::read(slim.join("config.json")).unwrap());
+    // Keeping one regime's folder (a trailing `/` as a shell completes it) links its figures
+    // and names the other's.
+    record_plots_kept(&slim, &["drift/".into()]).unwrap();
+    write_report(&slim).unwrap();
+    let md = std::fs::read_to_string(slim.join("report.md")).unwrap();
+    assert!(md.contains("](plots/drift/reward.svg)"), "{md}");
+    assert!(!md.contains("](plots/noise/"), "{md}");
+    assert!(md.contains("draws them into `plots/noise/`"), "{md}");
     record_plots_kept(&slim, &[]).unwrap();
     write_report(&slim).unwrap();
     let md = std::fs::read_to_string(slim.join("report.md")).unwrap();

@@ -276,6 +276,10 @@ pub fn merge(out: &Path) -> Result<Vec<CellStatus>> {
     write_json(&out.join("status.json"), &statuses)?;
     let mut config = runs[0].config.clone();
     config["shard"] = Value::Null;
+    // Which figures a committed folder keeps is said of that folder, not of its shards.
+    if let Some(o) = config.as_object_mut() {
+        o.remove("plots_kept");
+    }
     config["ran"] = serde_json::to_value((0..cells.len()).collect::<Vec<_>>())?;
     config["merged_from"] = Value::Array(
         runs.iter()

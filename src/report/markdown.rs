@@ -159,7 +159,8 @@ pub fn report(
     writeln!(md, "## Plots\n")?;
     let kept = |folder: &str| {
         info.plots_kept.as_ref().is_none_or(|k| {
-            let sub = folder.strip_prefix("plots/").unwrap_or(folder);
+            // `plots/<name>`, or `plots` itself (`.`) for a run of one regime.
+            let sub = folder.strip_prefix("plots/").unwrap_or(".");
             k.iter().any(|x| x == sub)
         })
     };

@@ -219,15 +219,24 @@ fn compact(dir: &Path, keep_columns: bool, extra: &[(String, String)]) -> Result
 }
 
 /// Record in `dir/config.json` which figure folders under `plots/` the committed folder keeps
-/// (`plots_kept`): each must exist there, so a misspelt name fails here and not as a report
-/// that names every figure as missing.
+/// (`plots_kept`): each a folder name (`map`, a regime's name; a trailing `/` is dropped) or
+/// `.` for `plots/` itself (a run of one regime draws there), and each must exist, so a
+/// misspelt name fails here and not as a report that names every figure as missing.
 pub fn record_plots_kept(dir: &Path, kept: &[String]) -> Result<()> {
+    let mut names = Vec::new();
     for k in kept {
+        let name = k.trim_end_matches('/');
+        let one = Path::new(name).components().count() == 1;
         anyhow::ensure!(
-            dir.join("plots").join(k).is_dir(),
+            name == "." || (one && name != ".." && !name.starts_with('/')),
+            "--plots-kept {k}: expected one folder name under plots/ (or . for plots/ itself)"
+        );
+        anyhow::ensure!(
+            dir.join("plots").join(name).is_dir(),
             "--plots-kept {k}: {} has no such folder",
             dir.join("plots").display()
         );
+        names.push(name.to_string());
     }
     let cfg_path = dir.join("config.json");
     let mut cfg: Value = serde_json::from_slice(
@@ -236,6 +245,6 @@ pub fn record_plots_kept(dir: &Path, kept: &[String]) -> Result<()> {
     .with_context(|| format!("reading {}", cfg_path.display()))?;
     cfg.as_object_mut()
         .context("config.json is not an object")?
-        .insert("plots_kept".into(), Value::from(kept.to_vec()));
+        .insert("plots_kept".into(), Value::from(names));
     write_atomic(&cfg_path, &serde_json::to_vec(&cfg)?)
 }

@@ -59,7 +59,10 @@ pub fn compact(svg: &str) -> String {
 fn opaque_polyline(line: &str) -> Option<(String, &str)> {
     let rest = line.strip_prefix(r#"<polyline fill="none" opacity="1" "#)?;
     let (style, rest) = rest.split_once(r#" points=""#)?;
-    let points = rest.strip_suffix(r#""/>"#)?;
+    // An empty `points` would be a bare `M`, an error that stops the rest of the path.
+    let points = rest
+        .strip_suffix(r#""/>"#)
+        .filter(|p| !p.trim().is_empty())?;
     let plain = style.starts_with("stroke=\"") && !style.contains(['<', '>']);
     (plain && !points.contains('"')).then(|| (style.to_string(), points))
 }
