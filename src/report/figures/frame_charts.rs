@@ -91,6 +91,11 @@ pub(super) fn drift_units(r: &Regime) -> Result<Option<BarChart>> {
             }
         }
         let v: Vec<f64> = per_seed.values().map(|(s, n)| s / *n as f64).collect();
+        if v.is_empty() {
+            // Not measured in this folder (a column its committed form nulled or dropped): no
+            // bar, rather than a bar at 0.
+            continue;
+        }
         let m = mean_ci(&v);
         let e = m
             .ci95
