@@ -96,35 +96,38 @@ mod tests {
 
     #[test]
     fn dashes_of_one_stroke_become_one_path_and_defaults_go() {
-        let svg = concat!(
-            "<svg width=\"10\" height=\"10\" xmlns=\"http://www.w3.org/2000/svg\">\n",
+        // Lines the pass leaves as they are: a faint polyline (opacity < 1), and a text's
+        // content, copied as is even when it reads like a tag.
+        let open = "<svg width=\"10\" height=\"10\" xmlns=\"http://www.w3.org/2000/svg\">\n";
+        let faint = "<polyline fill=\"none\" opacity=\"0.2\" stroke=\"#000000\" stroke-width=\"2\" points=\"5,1 6,1 \"/>\n";
+        let end = concat!(
+            "<polyline fill=\"none\" opacity=\"1\" stroke=\"#000000\" stroke-width=\"2\" points=\"1,1 2,1 \"/>\n",
+            "</text>\n",
+            "<text x=\"5\" y=\"5\" font-size=\"12\" fill=\"#FF0000\">\n",
+            "a\n",
+            "</text>\n",
+            "</svg>\n",
+        );
+        let svg = [
+            open,
             "<rect x=\"0\" y=\"0\" width=\"10\" height=\"10\" opacity=\"1\" fill=\"#FFFFFF\" stroke=\"none\"/>\n",
             "<polyline fill=\"none\" opacity=\"1\" stroke=\"#000000\" stroke-width=\"2\" points=\"1,1 2,1 \"/>\n",
             "<polyline fill=\"none\" opacity=\"1\" stroke=\"#000000\" stroke-width=\"2\" points=\"3,1 4,1 \"/>\n",
-            "<polyline fill=\"none\" opacity=\"0.2\" stroke=\"#000000\" stroke-width=\"2\" points=\"5,1 6,1 \"/>\n",
+            faint,
             "<text x=\"5\" y=\"5\" font-family=\"sans-serif\" font-size=\"11.290322580645162\" opacity=\"1\" fill=\"#000000\">\n",
-            "<polyline fill=\"none\" opacity=\"1\" stroke=\"#000000\" stroke-width=\"2\" points=\"1,1 2,1 \"/>\n",
-            "</text>\n",
-            "<text x=\"5\" y=\"5\" font-size=\"12\" fill=\"#FF0000\">\n",
-            "a\n",
-            "</text>\n",
-            "</svg>\n",
-        );
-        let want = concat!(
-            "<svg width=\"10\" height=\"10\" xmlns=\"http://www.w3.org/2000/svg\">\n",
+            end,
+        ]
+        .concat();
+        let want = [
+            open,
             "<rect x=\"0\" y=\"0\" width=\"10\" height=\"10\" fill=\"#FFFFFF\"/>\n",
             "<path fill=\"none\" stroke=\"#000000\" stroke-width=\"2\" d=\"M1,1 2,1M3,1 4,1\"/>\n",
-            "<polyline fill=\"none\" opacity=\"0.2\" stroke=\"#000000\" stroke-width=\"2\" points=\"5,1 6,1 \"/>\n",
+            faint,
             "<text x=\"5\" y=\"5\" font-family=\"sans-serif\" font-size=\"11.290322580645162\">\n",
-            // A text's content is copied as is, even when it reads like a tag.
-            "<polyline fill=\"none\" opacity=\"1\" stroke=\"#000000\" stroke-width=\"2\" points=\"1,1 2,1 \"/>\n",
-            "</text>\n",
-            "<text x=\"5\" y=\"5\" font-size=\"12\" fill=\"#FF0000\">\n",
-            "a\n",
-            "</text>\n",
-            "</svg>\n",
-        );
-        assert_eq!(compact(svg), want);
+            end,
+        ]
+        .concat();
+        assert_eq!(compact(&svg), want);
     }
 
     #[test]
