@@ -69,8 +69,9 @@ impl Ranged for YAxis {
 
 /// Ticks of a log axis plotted as log10 y over `[l0, l1]`: the exponents of round values
 /// (1, 2, 5 × 10^k; else 1 × 10^k; else 1…9 × 10^k), the first set that gives at least
-/// three ticks and at most `max`; on a range too narrow for any of them, round values of a
-/// linear axis over the same real range. Every tick is a round real value, so its label
+/// three ticks and at most `max`; on a decade or more that none fits, 1 and 3 × 10^k or the
+/// powers of ten alone; on a range too narrow for any of them, round values of a linear axis
+/// over the same real range. Every tick is a round real value, so its label
 /// ([`log_label`]) is exact.
 pub(crate) fn log_ticks(l0: f64, l1: f64, max: usize) -> Vec<f64> {
     let max = max.max(2);
@@ -94,6 +95,18 @@ pub(crate) fn log_ticks(l0: f64, l1: f64, max: usize) -> Vec<f64> {
         // Many decades: every k-th power of ten.
         let step = cands[1].len().div_ceil(max);
         return cands[1].iter().step_by(step).copied().collect();
+    }
+    // A decade or more that neither set fits (1, 2, 5 too many; 1 too few, as in a short
+    // panel over 0.002-0.5): 1 and 3 of each decade, else its powers of ten even if only
+    // two. Linear ticks there crowd the top decade and leave the lower ones unlabelled.
+    if l1 - l0 >= 1.0 {
+        let thirds = at(&[1.0, 3.0]);
+        if thirds.len() >= 3 && thirds.len() <= max {
+            return thirds;
+        }
+        if cands[1].len() >= 2 {
+            return cands[1].clone();
+        }
     }
     // Less than a decade: round values of a linear axis over the same real range, unless
     // they give fewer ticks than the round multiples do.

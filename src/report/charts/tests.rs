@@ -145,6 +145,13 @@ fn log_ticks_sit_at_round_values_labelled_truly() {
         t.iter().map(|&v| log_label(v)).collect::<Vec<_>>(),
         ["1e-3", "2e-3", "5e-3", "0.01"]
     );
+    // A short panel over 0.002-0.5 (c7_confirm's clipping panel): decades labelled, not
+    // linear steps crowding 0.1-0.5 with nothing below.
+    let t = log_ticks(0.002f64.log10(), 0.5f64.log10(), 5);
+    assert_eq!(
+        t.iter().map(|&v| log_label(v)).collect::<Vec<_>>(),
+        ["3e-3", "0.01", "0.03", "0.1", "0.3"]
+    );
     let t = log_ticks(-1.0, 2.0, 10);
     assert_eq!(
         t.iter().map(|&v| log_label(v)).collect::<Vec<_>>(),
