@@ -133,16 +133,11 @@ pub fn slim_shard_trimmed(
         }
     }
     let (_, after) = compact(dir, true, &[])?;
-    let cfg_path = dir.join("config.json");
-    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&cfg_path)?)
-        .with_context(|| format!("reading {}", cfg_path.display()))?;
-    cfg.as_object_mut()
-        .context("config.json is not an object")?
-        .insert(
-            "shard_trim".into(),
-            serde_json::json!({ "nulled": nulled, "left_out": without }),
-        );
-    write_atomic(&cfg_path, &serde_json::to_vec(&cfg)?)?;
+    set_record(
+        dir,
+        "shard_trim",
+        serde_json::json!({ "nulled": nulled, "left_out": without }),
+    )?;
     Ok((before, after))
 }
 
@@ -238,6 +233,12 @@ pub fn record_plots_kept(dir: &Path, kept: &[String]) -> Result<()> {
         );
         names.push(name.to_string());
     }
+    set_record(dir, "plots_kept", Value::from(names))
+}
+
+/// Set `key` of `dir/config.json` to `value` (a record of what the committed form did),
+/// keeping the file's other keys.
+fn set_record(dir: &Path, key: &str, value: Value) -> Result<()> {
     let cfg_path = dir.join("config.json");
     let mut cfg: Value = serde_json::from_slice(
         &std::fs::read(&cfg_path).with_context(|| format!("reading {}", cfg_path.display()))?,
@@ -245,6 +246,6 @@ pub fn record_plots_kept(dir: &Path, kept: &[String]) -> Result<()> {
     .with_context(|| format!("reading {}", cfg_path.display()))?;
     cfg.as_object_mut()
         .context("config.json is not an object")?
-        .insert("plots_kept".into(), Value::from(names));
+        .insert(key.into(), value);
     write_atomic(&cfg_path, &serde_json::to_vec(&cfg)?)
 }

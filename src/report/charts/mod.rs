@@ -255,8 +255,13 @@ pub trait Chart {
                     BitMapBackend::new(&tmp, self.size()).into_drawing_area(),
                 )
             } else {
-                present(self, SVGBackend::new(&tmp, self.size()).into_drawing_area())
-                    .and_then(|()| compact_svg(&tmp))
+                // Drawn into memory and written once, in its committed form (`svg::compact`).
+                let mut drawn = String::new();
+                present(
+                    self,
+                    SVGBackend::with_string(&mut drawn, self.size()).into_drawing_area(),
+                )
+                .and_then(|()| Ok(std::fs::write(&tmp, svg::compact(&drawn))?))
             };
             // Each backend is dropped (and has written what it would) inside `present`.
             let done = drawn.and_then(|()| Ok(std::fs::rename(&tmp, &path)?));
@@ -267,12 +272,6 @@ pub trait Chart {
         }
         Ok(())
     }
-}
-
-/// Rewrite the SVG file at `path` in its committed, smaller form (`svg::compact`).
-fn compact_svg(path: &Path) -> Result<()> {
-    let drawn = std::fs::read_to_string(path)?;
-    Ok(std::fs::write(path, svg::compact(&drawn))?)
 }
 
 /// Draw `chart` on `root` and write the file once, after every panel is drawn: the SVG backend
